@@ -1,0 +1,297 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// DefaultVersion is the etcd version a new EtcdCluster gets when spec.version is empty.
+// Keep it in step with the +kubebuilder:default marker on EtcdClusterSpec.Version.
+const DefaultVersion = "3.6.16"
+
+// DefaultImageRepository is the image repository of the official etcd release images.
+const DefaultImageRepository = "gcr.io/etcd-development/etcd"
+
+// EtcdClusterSpec is the desired state of an etcd cluster.
+type EtcdClusterSpec struct {
+	// Replicas is the number of voting etcd members. Odd numbers tolerate the same number of
+	// failures as the next even number, with less write overhead.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Version is the etcd release to run, as MAJOR.MINOR.PATCH (for example 3.6.16).
+	// +kubebuilder:default="3.6.16"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')",message="version must be an etcd release such as 3.6.16: MAJOR.MINOR.PATCH, without a 'v' prefix and without tags such as 'latest'"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || self.matches('^3\\\\.(5|6|7)\\\\.')",message="etcd-pilot runs etcd 3.5, 3.6 and 3.7; pick a version of one of those minors (for example 3.6.16)"
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Image overrides the image repository (for example a mirror of the official etcd images).
+	// The tag is always "v" + version.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="!self.matches('.*(@|:[^/]*$)')",message="image is a repository without a tag or digest (for example registry.example/etcd); the tag comes from spec.version"
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Storage configures each member's data volume.
+	// +kubebuilder:default={}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// Resources are the etcd container's compute resources.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// NodeSelector constrains member pods to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the member pods.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Affinity of the member pods. When empty, the chart prefers spreading members across nodes.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// TopologySpreadConstraints of the member pods.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// PriorityClassName of the member pods.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// PodLabels are added to the member pods. They cannot replace the selector labels.
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+
+	// PodAnnotations are added to the member pods.
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// Etcd tunes the etcd server.
+	// +kubebuilder:default={}
+	// +optional
+	Etcd EtcdSettings `json:"etcd,omitempty"`
+
+	// Chart customizes the chart render.
+	// +optional
+	Chart ChartSpec `json:"chart,omitempty"`
+
+	// Paused stops every action on the cluster (apply, membership, upgrades); status is still
+	// reported.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// StorageSpec configures the members' data volumes.
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName cannot be changed after creation: the members' volume claims are immutable. Create a new EtcdCluster with the new class and move the data with a snapshot"
+// +kubebuilder:validation:XValidation:rule="has(self.ephemeral) == has(oldSelf.ephemeral) && (!has(self.ephemeral) || self.ephemeral == oldSelf.ephemeral)",message="storage.ephemeral cannot be changed after creation: it decides whether members keep their data on volume claims or in emptyDir"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || !has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) == 0",message="storage.size cannot be changed after creation: the StatefulSet's volume claim templates are immutable. Expand the members' PersistentVolumeClaims directly if the storage class allows it"
+// +kubebuilder:validation:XValidation:rule="!(has(self.ephemeral) && self.ephemeral && has(self.storageClassName))",message="storage.storageClassName has no effect with storage.ephemeral: true; remove one of them"
+type StorageSpec struct {
+	// Size of each member's volume (and the size limit of the emptyDir when ephemeral).
+	// +kubebuilder:default="1Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the members' volume claims; empty means the cluster's default class.
+	// Immutable after creation.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Ephemeral opts into emptyDir volumes instead of PersistentVolumeClaims: a member whose pod
+	// is deleted loses its data and must be replaced. For tests and caches only; the status
+	// carries a warning condition while it is set. Immutable after creation.
+	// +optional
+	Ephemeral *bool `json:"ephemeral,omitempty"`
+}
+
+// AutoCompactionMode is etcd's --auto-compaction-mode.
+// +kubebuilder:validation:Enum=periodic;revision
+type AutoCompactionMode string
+
+const (
+	// AutoCompactionPeriodic keeps the history of a time window.
+	AutoCompactionPeriodic AutoCompactionMode = "periodic"
+	// AutoCompactionRevision keeps a number of revisions.
+	AutoCompactionRevision AutoCompactionMode = "revision"
+)
+
+// EtcdSettings tunes the etcd server. Unset fields keep etcd's own defaults.
+// +kubebuilder:validation:XValidation:rule="(has(self.electionTimeoutMillis) ? self.electionTimeoutMillis : 1000) >= 5 * (has(self.heartbeatIntervalMillis) ? self.heartbeatIntervalMillis : 100)",message="etcd.electionTimeoutMillis must be at least 5 times etcd.heartbeatIntervalMillis (etcd's defaults are 1000 and 100)"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoCompactionRetention) || (has(self.autoCompactionMode) && self.autoCompactionMode == 'revision' ? self.autoCompactionRetention.matches('^[0-9]+$') : self.autoCompactionRetention.matches('^([0-9]+|([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+)$'))",message="etcd.autoCompactionRetention must be a revision count (for example 10000) with mode revision, or a duration (for example 30m or 1h) or a number of hours with mode periodic"
+type EtcdSettings struct {
+	// QuotaBackendBytes is the backend size limit (--quota-backend-bytes), for example 8Gi.
+	// etcd raises a NOSPACE alarm and refuses writes past it.
+	// +optional
+	QuotaBackendBytes *resource.Quantity `json:"quotaBackendBytes,omitempty"`
+
+	// AutoCompactionMode is periodic (keep a time window) or revision (keep a revision count).
+	// +optional
+	AutoCompactionMode AutoCompactionMode `json:"autoCompactionMode,omitempty"`
+
+	// AutoCompactionRetention is the window to keep: a duration such as 1h for periodic mode,
+	// a revision count for revision mode. Empty disables auto compaction.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+
+	// HeartbeatIntervalMillis is the raft heartbeat interval in milliseconds.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	HeartbeatIntervalMillis *int32 `json:"heartbeatIntervalMillis,omitempty"`
+
+	// ElectionTimeoutMillis is the raft election timeout in milliseconds.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=50000
+	// +optional
+	ElectionTimeoutMillis *int32 `json:"electionTimeoutMillis,omitempty"`
+
+	// SnapshotCount is the number of committed transactions that trigger a snapshot to disk.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	SnapshotCount *int64 `json:"snapshotCount,omitempty"`
+
+	// ExtraArgs are further etcd flags, by name without leading dashes (for example
+	// log-level: debug). Flags the operator owns, flags with a typed field and unknown flags
+	// are refused.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k in ['name','data-dir','wal-dir','listen-peer-urls','listen-client-urls','listen-client-http-urls','listen-metrics-urls','initial-advertise-peer-urls','advertise-client-urls','initial-cluster','initial-cluster-state','initial-cluster-token','discovery','discovery-fallback','discovery-proxy','discovery-srv','discovery-srv-name','discovery-token','discovery-endpoints','discovery-cacert','discovery-cert','discovery-key','discovery-user','discovery-password','discovery-insecure-transport','discovery-insecure-skip-tls-verify','discovery-dial-timeout','discovery-request-timeout','discovery-keepalive-time','discovery-keepalive-timeout','cert-file','key-file','client-cert-file','client-key-file','trusted-ca-file','client-cert-auth','client-crl-file','client-cert-allowed-hostname','auto-tls','peer-cert-file','peer-key-file','peer-client-cert-file','peer-client-key-file','peer-trusted-ca-file','peer-client-cert-auth','peer-crl-file','peer-cert-allowed-cn','peer-cert-allowed-hostname','peer-auto-tls','self-signed-cert-validity','config-file','force-new-cluster','strict-reconfig-check','unsafe-no-fsync','enable-v2','experimental-enable-v2v3','proxy','version'])",messageExpression="'extraArgs sets flags that etcd-pilot owns: ' + self.filter(k, k in ['name','data-dir','wal-dir','listen-peer-urls','listen-client-urls','listen-client-http-urls','listen-metrics-urls','initial-advertise-peer-urls','advertise-client-urls','initial-cluster','initial-cluster-state','initial-cluster-token','discovery','discovery-fallback','discovery-proxy','discovery-srv','discovery-srv-name','discovery-token','discovery-endpoints','discovery-cacert','discovery-cert','discovery-key','discovery-user','discovery-password','discovery-insecure-transport','discovery-insecure-skip-tls-verify','discovery-dial-timeout','discovery-request-timeout','discovery-keepalive-time','discovery-keepalive-timeout','cert-file','key-file','client-cert-file','client-key-file','trusted-ca-file','client-cert-auth','client-crl-file','client-cert-allowed-hostname','auto-tls','peer-cert-file','peer-key-file','peer-client-cert-file','peer-client-key-file','peer-trusted-ca-file','peer-client-cert-auth','peer-crl-file','peer-cert-allowed-cn','peer-cert-allowed-hostname','peer-auto-tls','self-signed-cert-validity','config-file','force-new-cluster','strict-reconfig-check','unsafe-no-fsync','enable-v2','experimental-enable-v2v3','proxy','version']).join(', ') + '. Remove them: the operator sets member names, URLs, the initial cluster, the data directory and TLS paths itself, and refuses unsafe flags'"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k in ['quota-backend-bytes','auto-compaction-mode','auto-compaction-retention','heartbeat-interval','election-timeout','snapshot-count'])",messageExpression="'extraArgs sets flags that have typed fields: ' + self.filter(k, k in ['quota-backend-bytes','auto-compaction-mode','auto-compaction-retention','heartbeat-interval','election-timeout','snapshot-count']).join(', ') + '. Use spec.etcd.quotaBackendBytes, autoCompactionMode, autoCompactionRetention, heartbeatIntervalMillis, electionTimeoutMillis or snapshotCount instead'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['auth-token','auth-token-ttl','backend-batch-interval','backend-batch-limit','backend-bbolt-freelist-type','bcrypt-cost','cipher-suites','tls-min-version','tls-max-version','enable-grpc-gateway','enable-log-rotation','enable-pprof','feature-gates','grpc-keepalive-interval','grpc-keepalive-min-time','grpc-keepalive-timeout','host-whitelist','initial-election-tick-advance','log-format','log-level','log-outputs','log-rotation-config-json','logger','max-concurrent-streams','max-request-bytes','max-snapshots','max-txn-ops','max-wals','metrics','pre-vote','raft-read-timeout','raft-write-timeout','socket-reuse-address','socket-reuse-port','v2-deprecation','bootstrap-defrag-threshold-megabytes','compact-hash-check-time','compaction-batch-limit','compaction-sleep-interval','corrupt-check-time','distributed-tracing-address','distributed-tracing-instance-id','distributed-tracing-sampling-rate','distributed-tracing-service-name','downgrade-check-time','enable-distributed-tracing','max-learners','memory-mlock','peer-skip-client-san-verification','snapshot-catchup-entries','warning-apply-duration','warning-unary-request-duration','watch-progress-notify-interval','experimental-bootstrap-defrag-threshold-megabytes','experimental-compact-hash-check-enabled','experimental-compact-hash-check-time','experimental-compaction-batch-limit','experimental-compaction-sleep-interval','experimental-corrupt-check-time','experimental-distributed-tracing-address','experimental-distributed-tracing-instance-id','experimental-distributed-tracing-sampling-rate','experimental-distributed-tracing-service-name','experimental-downgrade-check-time','experimental-enable-distributed-tracing','experimental-enable-lease-checkpoint','experimental-enable-lease-checkpoint-persist','experimental-initial-corrupt-check','experimental-max-learners','experimental-memory-mlock','experimental-peer-skip-client-san-verification','experimental-snapshot-catchup-entries','experimental-stop-grpc-service-on-defrag','experimental-txn-mode-write-with-shared-buffer','experimental-warning-apply-duration','experimental-warning-unary-request-duration','experimental-watch-progress-notify-interval'] || k in ['name','data-dir','wal-dir','listen-peer-urls','listen-client-urls','listen-client-http-urls','listen-metrics-urls','initial-advertise-peer-urls','advertise-client-urls','initial-cluster','initial-cluster-state','initial-cluster-token','discovery','discovery-fallback','discovery-proxy','discovery-srv','discovery-srv-name','discovery-token','discovery-endpoints','discovery-cacert','discovery-cert','discovery-key','discovery-user','discovery-password','discovery-insecure-transport','discovery-insecure-skip-tls-verify','discovery-dial-timeout','discovery-request-timeout','discovery-keepalive-time','discovery-keepalive-timeout','cert-file','key-file','client-cert-file','client-key-file','trusted-ca-file','client-cert-auth','client-crl-file','client-cert-allowed-hostname','auto-tls','peer-cert-file','peer-key-file','peer-client-cert-file','peer-client-key-file','peer-trusted-ca-file','peer-client-cert-auth','peer-crl-file','peer-cert-allowed-cn','peer-cert-allowed-hostname','peer-auto-tls','self-signed-cert-validity','config-file','force-new-cluster','strict-reconfig-check','unsafe-no-fsync','enable-v2','experimental-enable-v2v3','proxy','version'] || k in ['quota-backend-bytes','auto-compaction-mode','auto-compaction-retention','heartbeat-interval','election-timeout','snapshot-count'])",messageExpression="'extraArgs has unknown etcd flags: ' + self.filter(k, !(k in ['auth-token','auth-token-ttl','backend-batch-interval','backend-batch-limit','backend-bbolt-freelist-type','bcrypt-cost','cipher-suites','tls-min-version','tls-max-version','enable-grpc-gateway','enable-log-rotation','enable-pprof','feature-gates','grpc-keepalive-interval','grpc-keepalive-min-time','grpc-keepalive-timeout','host-whitelist','initial-election-tick-advance','log-format','log-level','log-outputs','log-rotation-config-json','logger','max-concurrent-streams','max-request-bytes','max-snapshots','max-txn-ops','max-wals','metrics','pre-vote','raft-read-timeout','raft-write-timeout','socket-reuse-address','socket-reuse-port','v2-deprecation','bootstrap-defrag-threshold-megabytes','compact-hash-check-time','compaction-batch-limit','compaction-sleep-interval','corrupt-check-time','distributed-tracing-address','distributed-tracing-instance-id','distributed-tracing-sampling-rate','distributed-tracing-service-name','downgrade-check-time','enable-distributed-tracing','max-learners','memory-mlock','peer-skip-client-san-verification','snapshot-catchup-entries','warning-apply-duration','warning-unary-request-duration','watch-progress-notify-interval','experimental-bootstrap-defrag-threshold-megabytes','experimental-compact-hash-check-enabled','experimental-compact-hash-check-time','experimental-compaction-batch-limit','experimental-compaction-sleep-interval','experimental-corrupt-check-time','experimental-distributed-tracing-address','experimental-distributed-tracing-instance-id','experimental-distributed-tracing-sampling-rate','experimental-distributed-tracing-service-name','experimental-downgrade-check-time','experimental-enable-distributed-tracing','experimental-enable-lease-checkpoint','experimental-enable-lease-checkpoint-persist','experimental-initial-corrupt-check','experimental-max-learners','experimental-memory-mlock','experimental-peer-skip-client-san-verification','experimental-snapshot-catchup-entries','experimental-stop-grpc-service-on-defrag','experimental-txn-mode-write-with-shared-buffer','experimental-warning-apply-duration','experimental-warning-unary-request-duration','experimental-watch-progress-notify-interval'] || k in ['name','data-dir','wal-dir','listen-peer-urls','listen-client-urls','listen-client-http-urls','listen-metrics-urls','initial-advertise-peer-urls','advertise-client-urls','initial-cluster','initial-cluster-state','initial-cluster-token','discovery','discovery-fallback','discovery-proxy','discovery-srv','discovery-srv-name','discovery-token','discovery-endpoints','discovery-cacert','discovery-cert','discovery-key','discovery-user','discovery-password','discovery-insecure-transport','discovery-insecure-skip-tls-verify','discovery-dial-timeout','discovery-request-timeout','discovery-keepalive-time','discovery-keepalive-timeout','cert-file','key-file','client-cert-file','client-key-file','trusted-ca-file','client-cert-auth','client-crl-file','client-cert-allowed-hostname','auto-tls','peer-cert-file','peer-key-file','peer-client-cert-file','peer-client-key-file','peer-trusted-ca-file','peer-client-cert-auth','peer-crl-file','peer-cert-allowed-cn','peer-cert-allowed-hostname','peer-auto-tls','self-signed-cert-validity','config-file','force-new-cluster','strict-reconfig-check','unsafe-no-fsync','enable-v2','experimental-enable-v2v3','proxy','version'] || k in ['quota-backend-bytes','auto-compaction-mode','auto-compaction-retention','heartbeat-interval','election-timeout','snapshot-count'])).join(', ') + '. Write flag names without leading dashes, as etcd 3.5 to 3.7 spell them (for example log-level or max-request-bytes)'"
+	// +optional
+	ExtraArgs map[string]string `json:"extraArgs,omitempty"`
+}
+
+// ChartSpec customizes the render of the embedded chart.
+type ChartSpec struct {
+	// Values are chart values merged over the ones the operator computes, last: the platform
+	// team's escape hatch (see charts/etcd-cluster/values.yaml). The chart's schema still
+	// applies to the merged result.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	// +optional
+	Values *runtime.RawExtension `json:"values,omitempty"`
+}
+
+// MemberStatus is one etcd member as etcd's member list and status calls report it.
+type MemberStatus struct {
+	// Name of the member (the pod name).
+	Name string `json:"name"`
+	// ID of the member, in hexadecimal as etcdctl prints it.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// PeerURL is the member's first advertised peer URL.
+	// +optional
+	PeerURL string `json:"peerURL,omitempty"`
+	// ClientURL is the member's first advertised client URL.
+	// +optional
+	ClientURL string `json:"clientURL,omitempty"`
+	// Learner is true while the member is a non-voting learner.
+	// +optional
+	Learner bool `json:"learner,omitempty"`
+	// Leader is true for the current raft leader.
+	// +optional
+	Leader bool `json:"leader,omitempty"`
+	// Healthy is true when the member answered a status call.
+	Healthy bool `json:"healthy"`
+	// Version is the etcd server version the member reports.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// DBSizeBytes is the size of the member's backend database.
+	// +optional
+	DBSizeBytes int64 `json:"dbSizeBytes,omitempty"`
+	// RaftIndex is the member's raft index.
+	// +optional
+	RaftIndex uint64 `json:"raftIndex,omitempty"`
+}
+
+// EtcdClusterStatus is the observed state of an etcd cluster.
+type EtcdClusterStatus struct {
+	// ObservedGeneration is the generation of the spec that the last successful pass acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Available, Progressing, Degraded, and Ready as their summary.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Replicas is the number of member pods.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of member pods that pass their readiness probe.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Selector is the label selector of the member pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Members is etcd's member list, with each member's health.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Members []MemberStatus `json:"members,omitempty"`
+
+	// Leader is the name of the leading member.
+	// +optional
+	Leader string `json:"leader,omitempty"`
+
+	// LeaderID is the member ID of the leader, in hexadecimal.
+	// +optional
+	LeaderID string `json:"leaderID,omitempty"`
+
+	// ClusterID is etcd's cluster ID, in hexadecimal.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+
+	// CurrentVersion is the lowest etcd version running among the members.
+	// +optional
+	CurrentVersion string `json:"currentVersion,omitempty"`
+}
+
+// EtcdCluster is an etcd cluster run by etcd-pilot: the embedded chart renders its topology,
+// the controllers keep its membership, version and health.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=etcdc,categories=etcd
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EtcdCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec EtcdClusterSpec `json:"spec,omitempty"`
+	// +optional
+	Status EtcdClusterStatus `json:"status,omitempty"`
+}
+
+// EtcdClusterList is a list of EtcdClusters.
+//
+// +kubebuilder:object:root=true
+type EtcdClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdCluster `json:"items"`
+}

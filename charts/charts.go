@@ -1,0 +1,261 @@
+// Package charts embeds the etcd-cluster Helm chart and renders it with Helm v3's engine, the
+// same way `helm template` does. It is the only package of etcd-pilot that imports Helm.
+package charts
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"sync"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// ChartDir is the folder of the embedded chart, relative to this package.
+const ChartDir = "etcd-cluster"
+
+// The "all:" prefix keeps files that start with "_" or ".", such as _helpers.tpl.
+//
+//go:embed all:etcd-cluster
+var embedded embed.FS
+
+// DefaultCacheSize is the number of renders a Renderer keeps.
+const DefaultCacheSize = 256
+
+// Release names the Helm release a render is for: the EtcdCluster's name and namespace.
+type Release struct {
+	Name      string
+	Namespace string
+}
+
+// Renderer renders one chart and caches the results by a hash of the release and values.
+// It is safe for concurrent use.
+type Renderer struct {
+	chart *chart.Chart
+
+	mu    sync.Mutex
+	max   int
+	lru   *list.List // of *cacheEntry, most recently used first
+	index map[[sha256.Size]byte]*list.Element
+}
+
+type cacheEntry struct {
+	key     [sha256.Size]byte
+	objects []*unstructured.Unstructured
+}
+
+// Embedded returns a Renderer for the chart compiled into the binary.
+func Embedded() (*Renderer, error) {
+	sub, err := fs.Sub(embedded, ChartDir)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open embedded chart: %w", err)
+	}
+	return FromFS(sub)
+}
+
+// FromDir returns a Renderer for the chart in dir (a platform team's customized copy).
+func FromDir(dir string) (*Renderer, error) {
+	c, err := loader.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load chart %s: %w", dir, err)
+	}
+	return newRenderer(c), nil
+}
+
+// FromFS returns a Renderer for the chart at the root of fsys.
+func FromFS(fsys fs.FS) (*Renderer, error) {
+	var files []*loader.BufferedFile
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, &loader.BufferedFile{Name: p, Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to read chart files: %w", err)
+	}
+	c, err := loader.LoadFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load chart: %w", err)
+	}
+	return newRenderer(c), nil
+}
+
+func newRenderer(c *chart.Chart) *Renderer {
+	return &Renderer{chart: c, max: DefaultCacheSize, lru: list.New(), index: map[[sha256.Size]byte]*list.Element{}}
+}
+
+// Chart returns the chart's name and version, for labels and logs.
+func (r *Renderer) Chart() (name, version string) {
+	return r.chart.Metadata.Name, r.chart.Metadata.Version
+}
+
+// DefaultValues returns a copy of the chart's values.yaml.
+func (r *Renderer) DefaultValues() map[string]any {
+	return chartutil.Values(r.chart.Values).AsMap()
+}
+
+// Render renders the chart for a release with values coalesced over the chart's defaults and
+// checked against values.schema.json. The objects come out in Helm's install order (then by
+// name), without NOTES.txt. Each call returns fresh copies the caller may change.
+func (r *Renderer) Render(rel Release, values map[string]any) ([]*unstructured.Unstructured, error) {
+	key, err := cacheKey(rel, values)
+	if err != nil {
+		return nil, err
+	}
+	if objs, ok := r.cached(key); ok {
+		return objs, nil
+	}
+	objs, err := r.render(rel, values)
+	if err != nil {
+		return nil, err
+	}
+	r.store(key, objs)
+	return deepCopy(objs), nil
+}
+
+func (r *Renderer) render(rel Release, values map[string]any) ([]*unstructured.Unstructured, error) {
+	// CoalesceValues may write into the map it is given: hand it a copy.
+	vals, err := copyValues(values)
+	if err != nil {
+		return nil, err
+	}
+	top, err := chartutil.ToRenderValues(r.chart, vals, chartutil.ReleaseOptions{
+		Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: true,
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("failed to prepare values for chart %s: %w", r.chart.Metadata.Name, err)
+	}
+	files, err := engine.Render(r.chart, top)
+	if err != nil {
+		return nil, fmt.Errorf("failed to render chart %s: %w", r.chart.Metadata.Name, err)
+	}
+	for name := range files {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			delete(files, name)
+		}
+	}
+	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, fmt.Errorf("failed to sort rendered manifests: %w", err)
+	}
+	if len(hooks) > 0 {
+		return nil, fmt.Errorf("chart %s renders Helm hooks (%s); etcd-pilot applies plain objects only", r.chart.Metadata.Name, hooks[0].Path)
+	}
+	var out []*unstructured.Unstructured
+	for _, m := range manifests {
+		objs, err := decode(m.Content)
+		if err != nil {
+			return nil, fmt.Errorf("failed to decode %s: %w", m.Name, err)
+		}
+		for _, o := range objs {
+			if o.GetNamespace() == "" {
+				o.SetNamespace(rel.Namespace)
+			}
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// decode parses a YAML stream into objects, skipping empty documents.
+func decode(content string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(content), 4096)
+	for {
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return nil, err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("object without kind or apiVersion: %v", m)
+		}
+		out = append(out, u)
+	}
+}
+
+// cacheKey hashes the release and the values. encoding/json sorts map keys, so equal values
+// give equal keys.
+func cacheKey(rel Release, values map[string]any) ([sha256.Size]byte, error) {
+	b, err := json.Marshal(values)
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("failed to encode values: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", rel.Namespace, rel.Name)
+	h.Write(b)
+	var k [sha256.Size]byte
+	copy(k[:], h.Sum(nil))
+	return k, nil
+}
+
+func (r *Renderer) cached(key [sha256.Size]byte) ([]*unstructured.Unstructured, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	el, ok := r.index[key]
+	if !ok {
+		return nil, false
+	}
+	r.lru.MoveToFront(el)
+	return deepCopy(el.Value.(*cacheEntry).objects), true
+}
+
+func (r *Renderer) store(key [sha256.Size]byte, objs []*unstructured.Unstructured) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.index[key]; ok {
+		return
+	}
+	r.index[key] = r.lru.PushFront(&cacheEntry{key: key, objects: objs})
+	for r.lru.Len() > r.max {
+		last := r.lru.Back()
+		r.lru.Remove(last)
+		delete(r.index, last.Value.(*cacheEntry).key)
+	}
+}
+
+func deepCopy(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out
+}
+
+// copyValues deep-copies values the way `helm template -f values.yaml` reads them (through
+// YAML, so numbers become float64 as in Helm), which keeps renders identical to the CLI's.
+func copyValues(values map[string]any) (map[string]any, error) {
+	b, err := sigsyaml.Marshal(values)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode values: %w", err)
+	}
+	v, err := chartutil.ReadValues(b)
+	if err != nil {
+		return nil, fmt.Errorf("failed to decode values: %w", err)
+	}
+	return v.AsMap(), nil
+}

@@ -1,0 +1,79 @@
+{{/* Name of every object: the release name unless fullnameOverride is set. */}}
+{{- define "etcd-cluster.fullname" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Name of the headless Service that gives members their stable DNS names. */}}
+{{- define "etcd-cluster.peerServiceName" -}}
+{{- include "etcd-cluster.fullname" . -}}
+{{- end -}}
+
+{{/* Name of the client Service. */}}
+{{- define "etcd-cluster.clientServiceName" -}}
+{{- printf "%s-client" (include "etcd-cluster.fullname" .) -}}
+{{- end -}}
+
+{{- define "etcd-cluster.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "etcd-cluster.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels that select the member pods. Never change them: a StatefulSet selector is immutable. */}}
+{{- define "etcd-cluster.selectorLabels" -}}
+app.kubernetes.io/name: etcd
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "etcd-cluster.labels" -}}
+{{ include "etcd-cluster.selectorLabels" . }}
+app.kubernetes.io/component: etcd
+app.kubernetes.io/part-of: etcd-cluster
+app.kubernetes.io/version: {{ .Values.etcd.version | quote }}
+app.kubernetes.io/managed-by: {{ default .Release.Service .Values.managedBy | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- range $k, $v := .Values.commonLabels }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* DNS suffix of the members: "<peer service>.<namespace>.svc[.<cluster domain>]". */}}
+{{- define "etcd-cluster.dnsSuffix" -}}
+{{- $s := printf "%s.%s.svc" (include "etcd-cluster.peerServiceName" .) .Release.Namespace -}}
+{{- if .Values.etcd.clusterDomain -}}
+{{- $s = printf "%s.%s" $s .Values.etcd.clusterDomain -}}
+{{- end -}}
+{{- $s -}}
+{{- end -}}
+
+{{/* --initial-cluster of the first formation: every ordinal's peer URL. */}}
+{{- define "etcd-cluster.initialCluster" -}}
+{{- $name := include "etcd-cluster.fullname" . -}}
+{{- $suffix := include "etcd-cluster.dnsSuffix" . -}}
+{{- $port := int .Values.etcd.peerPort -}}
+{{- $members := list -}}
+{{- range $i := until (int .Values.replicas) -}}
+{{- $members = append $members (printf "%s-%d=http://%s-%d.%s:%d" $name $i $name $i $suffix $port) -}}
+{{- end -}}
+{{- join "," $members -}}
+{{- end -}}
+
+{{/* Votes needed for quorum: floor(replicas / 2) + 1. */}}
+{{- define "etcd-cluster.quorum" -}}
+{{- add (div (int .Values.replicas) 2) 1 -}}
+{{- end -}}
+
+{{- define "etcd-cluster.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Values.etcd.version) .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+Whether this etcd version serves /livez and /readyz (3.5.11 and later). Older versions get a
+TCP liveness check and /health for readiness.
+*/}}
+{{- define "etcd-cluster.hasLivez" -}}
+{{- if semverCompare ">=3.5.11-0" .Values.etcd.version -}}true{{- end -}}
+{{- end -}}
