@@ -1,0 +1,53 @@
+package charts
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Values is the typed form of the chart's values.yaml, for the values the operator computes.
+// Fields left empty keep the chart's defaults (omitempty drops them before Helm coalesces).
+type Values struct {
+	FullnameOverride          string                            `json:"fullnameOverride,omitempty"`
+	Replicas                  int32                             `json:"replicas"`
+	Image                     ImageValues                       `json:"image"`
+	ManagedBy                 string                            `json:"managedBy,omitempty"`
+	CommonLabels              map[string]string                 `json:"commonLabels,omitempty"`
+	Etcd                      EtcdValues                        `json:"etcd"`
+	Storage                   StorageValues                     `json:"storage"`
+	Resources                 *corev1.ResourceRequirements      `json:"resources,omitempty"`
+	NodeSelector              map[string]string                 `json:"nodeSelector,omitempty"`
+	Tolerations               []corev1.Toleration               `json:"tolerations,omitempty"`
+	Affinity                  *corev1.Affinity                  `json:"affinity,omitempty"`
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	PriorityClassName         string                            `json:"priorityClassName,omitempty"`
+	PodLabels                 map[string]string                 `json:"podLabels,omitempty"`
+	PodAnnotations            map[string]string                 `json:"podAnnotations,omitempty"`
+}
+
+// ImageValues is the chart's image block.
+type ImageValues struct {
+	Repository string `json:"repository,omitempty"`
+	Tag        string `json:"tag,omitempty"`
+	PullPolicy string `json:"pullPolicy,omitempty"`
+}
+
+// EtcdValues is the chart's etcd block.
+type EtcdValues struct {
+	Version                 string            `json:"version"`
+	ClusterToken            string            `json:"clusterToken,omitempty"`
+	InitialClusterState     string            `json:"initialClusterState,omitempty"`
+	QuotaBackendBytes       int64             `json:"quotaBackendBytes,omitempty"`
+	AutoCompactionMode      string            `json:"autoCompactionMode,omitempty"`
+	AutoCompactionRetention string            `json:"autoCompactionRetention,omitempty"`
+	HeartbeatInterval       int32             `json:"heartbeatInterval,omitempty"`
+	ElectionTimeout         int32             `json:"electionTimeout,omitempty"`
+	SnapshotCount           int64             `json:"snapshotCount,omitempty"`
+	ExtraArgs               map[string]string `json:"extraArgs,omitempty"`
+}
+
+// StorageValues is the chart's storage block.
+type StorageValues struct {
+	Ephemeral        bool   `json:"ephemeral,omitempty"`
+	Size             string `json:"size,omitempty"`
+	StorageClassName string `json:"storageClassName,omitempty"`
+}

@@ -1,0 +1,186 @@
+// Package values computes the etcd-cluster chart's values from an EtcdCluster. It is pure: no
+// I/O, the same object always gives the same values.
+package values
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+)
+
+// DefaultReplicas and DefaultStorageSize mirror the CRD's defaults, for objects that did not
+// pass through the API server (etcd-pilot render -f).
+const (
+	DefaultReplicas    = 3
+	DefaultStorageSize = "1Gi"
+)
+
+// Typed returns the values the spec determines, before spec.chart.values is merged. It fails
+// only for a spec the API server would refuse today but may have stored before a rule existed
+// (an owned or unknown etcd flag).
+func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
+	s := c.Spec
+	v := charts.Values{
+		Replicas:          DefaultReplicas,
+		ManagedBy:         v1alpha1.ManagedByValue,
+		CommonLabels:      map[string]string{v1alpha1.LabelCluster: c.Name},
+		Resources:         s.Resources,
+		NodeSelector:      s.NodeSelector,
+		Tolerations:       s.Tolerations,
+		Affinity:          s.Affinity,
+		PriorityClassName: s.PriorityClassName,
+		PodLabels:         s.PodLabels,
+		PodAnnotations:    s.PodAnnotations,
+
+		TopologySpreadConstraints: s.TopologySpreadConstraints,
+	}
+	if s.Replicas != nil {
+		v.Replicas = *s.Replicas
+	}
+	v.Image.Repository = s.Image
+	v.Etcd.Version = s.Version
+	if v.Etcd.Version == "" {
+		v.Etcd.Version = v1alpha1.DefaultVersion
+	}
+	// The token is unique to this object, so a volume left over from an earlier cluster of the
+	// same name can never join this one.
+	if c.UID != "" {
+		v.Etcd.ClusterToken = fmt.Sprintf("%s-%s", c.Name, c.UID)
+	}
+
+	v.Storage.Size = DefaultStorageSize
+	if s.Storage.Size != nil {
+		v.Storage.Size = s.Storage.Size.String()
+	}
+	if s.Storage.StorageClassName != nil {
+		v.Storage.StorageClassName = *s.Storage.StorageClassName
+	}
+	v.Storage.Ephemeral = s.Storage.Ephemeral != nil && *s.Storage.Ephemeral
+
+	e := s.Etcd
+	if e.QuotaBackendBytes != nil {
+		v.Etcd.QuotaBackendBytes = e.QuotaBackendBytes.Value()
+	}
+	if e.AutoCompactionRetention != "" {
+		v.Etcd.AutoCompactionRetention = e.AutoCompactionRetention
+		v.Etcd.AutoCompactionMode = string(e.AutoCompactionMode)
+		if v.Etcd.AutoCompactionMode == "" {
+			v.Etcd.AutoCompactionMode = string(v1alpha1.AutoCompactionPeriodic)
+		}
+	}
+	if e.HeartbeatIntervalMillis != nil {
+		v.Etcd.HeartbeatInterval = *e.HeartbeatIntervalMillis
+	}
+	if e.ElectionTimeoutMillis != nil {
+		v.Etcd.ElectionTimeout = *e.ElectionTimeoutMillis
+	}
+	if e.SnapshotCount != nil {
+		v.Etcd.SnapshotCount = *e.SnapshotCount
+	}
+	if err := checkExtraArgs(e.ExtraArgs); err != nil {
+		return charts.Values{}, err
+	}
+	v.Etcd.ExtraArgs = e.ExtraArgs
+	return v, nil
+}
+
+// Compute returns the chart values for c: Typed, with spec.chart.values merged over it (maps
+// merge key by key, anything else replaces, null deletes, as in Helm). The inventory label and
+// the managed-by value are put back after the merge: pruning depends on them.
+func Compute(c *v1alpha1.EtcdCluster) (map[string]any, error) {
+	t, err := Typed(c)
+	if err != nil {
+		return nil, err
+	}
+	out, err := toMap(t)
+	if err != nil {
+		return nil, err
+	}
+	if v := c.Spec.Chart.Values; v != nil && len(v.Raw) > 0 {
+		var overrides map[string]any
+		if err := json.Unmarshal(v.Raw, &overrides); err != nil {
+			return nil, fmt.Errorf("spec.chart.values must be an object of chart values: %w", err)
+		}
+		out = Merge(out, overrides)
+	}
+	labels, _ := out["commonLabels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+	}
+	labels[v1alpha1.LabelCluster] = c.Name
+	out["commonLabels"] = labels
+	out["managedBy"] = v1alpha1.ManagedByValue
+	return out, nil
+}
+
+// Merge returns base with over merged into it: nested maps merge, other values replace, and a
+// nil value in over deletes the key. Neither argument is changed.
+func Merge(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		if v == nil {
+			delete(out, k)
+			continue
+		}
+		bm, bok := out[k].(map[string]any)
+		om, ook := v.(map[string]any)
+		if bok && ook {
+			out[k] = Merge(bm, om)
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func toMap(v charts.Values) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode chart values: %w", err)
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("failed to decode chart values: %w", err)
+	}
+	return out, nil
+}
+
+// checkExtraArgs refuses what admission refuses, for objects stored before a rule existed.
+func checkExtraArgs(args map[string]string) error {
+	var owned, typed, unknown []string
+	for k := range args {
+		switch {
+		case slices.Contains(v1alpha1.OwnedEtcdFlags, k):
+			owned = append(owned, k)
+		case slices.Contains(v1alpha1.TypedEtcdFlags, k):
+			typed = append(typed, k)
+		case !slices.Contains(v1alpha1.AllowedEtcdFlags, k):
+			unknown = append(unknown, k)
+		}
+	}
+	var msgs []string
+	if len(owned) > 0 {
+		sort.Strings(owned)
+		msgs = append(msgs, "flags owned by etcd-pilot: "+strings.Join(owned, ", "))
+	}
+	if len(typed) > 0 {
+		sort.Strings(typed)
+		msgs = append(msgs, "flags with typed fields in spec.etcd: "+strings.Join(typed, ", "))
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		msgs = append(msgs, "unknown etcd flags: "+strings.Join(unknown, ", "))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("spec.etcd.extraArgs sets %s; remove them", strings.Join(msgs, "; "))
+}
