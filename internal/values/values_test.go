@@ -1,0 +1,420 @@
+package values_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from the current output")
+
+// fixtureDir holds the EtcdCluster fixtures shared with the charts package's golden tests.
+const fixtureDir = "../../charts/testdata/fixtures"
+
+// fixtures returns every fixture by name (the file name without .yaml), decoded strictly so a
+// misspelled field fails the test instead of silently falling back to a default.
+func fixtures(t *testing.T) map[string]*v1alpha1.EtcdCluster {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(fixtureDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	out := map[string]*v1alpha1.EtcdCluster{}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &v1alpha1.EtcdCluster{}
+		if err := yaml.UnmarshalStrict(data, c); err != nil {
+			t.Fatalf("failed to decode fixture %s: %v", p, err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".yaml")] = c
+	}
+	return out
+}
+
+func TestComputeGolden(t *testing.T) {
+	for name, c := range fixtures(t) {
+		t.Run(name, func(t *testing.T) {
+			v, err := values.Compute(c)
+			if err != nil {
+				t.Fatalf("Compute: %v", err)
+			}
+			got, err := yaml.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".values.yaml")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/values -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("values of fixture %s differ from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, golden, got, want)
+			}
+		})
+	}
+}
+
+func TestComputeIsDeterministic(t *testing.T) {
+	for name, c := range fixtures(t) {
+		a, err := values.Compute(c)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		b, err := values.Compute(c.DeepCopy())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: two computations differ:\n%v\n%v", name, a, b)
+		}
+	}
+}
+
+// deepCopyMap copies a JSON-like map, so a test can check that Merge left its inputs alone.
+func deepCopyMap(t *testing.T, m map[string]any) map[string]any {
+	t.Helper()
+	if m == nil {
+		return nil
+	}
+	return runtime.DeepCopyJSON(m)
+}
+
+func TestMerge(t *testing.T) {
+	tests := []struct {
+		name       string
+		base, over map[string]any
+		want       map[string]any
+	}{{
+		name: "empty over keeps base",
+		base: map[string]any{"replicas": int64(3)},
+		over: map[string]any{},
+		want: map[string]any{"replicas": int64(3)},
+	}, {
+		name: "nil base",
+		base: nil,
+		over: map[string]any{"replicas": int64(5)},
+		want: map[string]any{"replicas": int64(5)},
+	}, {
+		name: "nested maps merge key by key",
+		base: map[string]any{"etcd": map[string]any{"version": "3.6.16", "extraArgs": map[string]any{"log-level": "info"}}},
+		over: map[string]any{"etcd": map[string]any{"clusterDomain": "example.local", "extraArgs": map[string]any{"max-txn-ops": "256"}}},
+		want: map[string]any{"etcd": map[string]any{
+			"version":       "3.6.16",
+			"clusterDomain": "example.local",
+			"extraArgs":     map[string]any{"log-level": "info", "max-txn-ops": "256"},
+		}},
+	}, {
+		name: "scalar replaces scalar",
+		base: map[string]any{"replicas": int64(3), "priorityClassName": "a"},
+		over: map[string]any{"priorityClassName": "b"},
+		want: map[string]any{"replicas": int64(3), "priorityClassName": "b"},
+	}, {
+		name: "lists replace, never append",
+		base: map[string]any{"tolerations": []any{map[string]any{"key": "a"}}},
+		over: map[string]any{"tolerations": []any{map[string]any{"key": "b"}}},
+		want: map[string]any{"tolerations": []any{map[string]any{"key": "b"}}},
+	}, {
+		name: "scalar replaces map",
+		base: map[string]any{"affinity": map[string]any{"nodeAffinity": map[string]any{}}},
+		over: map[string]any{"affinity": "none"},
+		want: map[string]any{"affinity": "none"},
+	}, {
+		name: "map replaces scalar",
+		base: map[string]any{"resources": "none"},
+		over: map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1Gi"}}},
+		want: map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1Gi"}}},
+	}, {
+		name: "nil deletes a top-level key",
+		base: map[string]any{"replicas": int64(3), "nodeSelector": map[string]any{"a": "b"}},
+		over: map[string]any{"nodeSelector": nil},
+		want: map[string]any{"replicas": int64(3)},
+	}, {
+		name: "nil deletes a nested key",
+		base: map[string]any{"podLabels": map[string]any{"a": "1", "b": "2"}},
+		over: map[string]any{"podLabels": map[string]any{"a": nil}},
+		want: map[string]any{"podLabels": map[string]any{"b": "2"}},
+	}, {
+		name: "nil for a missing key is a no-op",
+		base: map[string]any{"replicas": int64(3)},
+		over: map[string]any{"missing": nil},
+		want: map[string]any{"replicas": int64(3)},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base, over := deepCopyMap(t, tt.base), deepCopyMap(t, tt.over)
+			got := values.Merge(tt.base, tt.over)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Merge() = %#v, want %#v", got, tt.want)
+			}
+			if !reflect.DeepEqual(tt.base, base) {
+				t.Errorf("Merge changed base: %#v, was %#v", tt.base, base)
+			}
+			if !reflect.DeepEqual(tt.over, over) {
+				t.Errorf("Merge changed over: %#v, was %#v", tt.over, over)
+			}
+		})
+	}
+}
+
+func TestTypedRefusesExtraArgs(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      map[string]string
+		wantNames []string // each must appear in the error
+		notNamed  string   // an allowed flag that must not appear
+	}{{
+		name:      "owned",
+		args:      map[string]string{"data-dir": "/tmp", "initial-cluster": "x=http://x"},
+		wantNames: []string{"owned by etcd-pilot", "data-dir", "initial-cluster"},
+	}, {
+		name:      "unsafe",
+		args:      map[string]string{"force-new-cluster": "true", "unsafe-no-fsync": "true"},
+		wantNames: []string{"owned by etcd-pilot", "force-new-cluster", "unsafe-no-fsync"},
+	}, {
+		name:      "typed",
+		args:      map[string]string{"quota-backend-bytes": "1", "heartbeat-interval": "100"},
+		wantNames: []string{"typed fields", "quota-backend-bytes", "heartbeat-interval"},
+	}, {
+		name:      "unknown",
+		args:      map[string]string{"no-such-flag": "1", "--log-level": "debug"},
+		wantNames: []string{"unknown", "no-such-flag", "--log-level"},
+	}, {
+		name:      "all three kinds at once, allowed ones not named",
+		args:      map[string]string{"name": "x", "snapshot-count": "1", "bogus": "1", "log-level": "debug"},
+		wantNames: []string{"name", "snapshot-count", "bogus"},
+		notNamed:  "log-level",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.EtcdCluster{}
+			c.Name = "c"
+			c.Spec.Etcd.ExtraArgs = tt.args
+			_, err := values.Typed(c)
+			if err == nil {
+				t.Fatalf("Typed accepted extraArgs %v", tt.args)
+			}
+			for _, n := range tt.wantNames {
+				if !strings.Contains(err.Error(), n) {
+					t.Errorf("error %q does not name %q", err, n)
+				}
+			}
+			if tt.notNamed != "" && strings.Contains(err.Error(), tt.notNamed) {
+				t.Errorf("error %q names the allowed flag %s", err, tt.notNamed)
+			}
+			if _, err := values.Compute(c); err == nil {
+				t.Errorf("Compute accepted extraArgs %v", tt.args)
+			}
+		})
+	}
+
+	t.Run("allowed flags pass", func(t *testing.T) {
+		c := &v1alpha1.EtcdCluster{}
+		c.Spec.Etcd.ExtraArgs = map[string]string{"log-level": "debug", "max-request-bytes": "1048576", "experimental-initial-corrupt-check": "true"}
+		v, err := values.Typed(c)
+		if err != nil {
+			t.Fatalf("Typed: %v", err)
+		}
+		if !reflect.DeepEqual(v.Etcd.ExtraArgs, c.Spec.Etcd.ExtraArgs) {
+			t.Errorf("extraArgs = %v, want %v", v.Etcd.ExtraArgs, c.Spec.Etcd.ExtraArgs)
+		}
+	})
+}
+
+func TestTypedDefaults(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace = "d", "ns"
+	v, err := values.Typed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Replicas != 3 {
+		t.Errorf("replicas = %d, want 3", v.Replicas)
+	}
+	if v.Etcd.Version != v1alpha1.DefaultVersion {
+		t.Errorf("etcd.version = %q, want %q", v.Etcd.Version, v1alpha1.DefaultVersion)
+	}
+	if v.Storage.Size != "1Gi" {
+		t.Errorf("storage.size = %q, want 1Gi", v.Storage.Size)
+	}
+	if v.Storage.Ephemeral || v.Storage.StorageClassName != "" {
+		t.Errorf("storage = %+v, want persistent on the default class", v.Storage)
+	}
+	if v.Image.Repository != "" {
+		t.Errorf("image.repository = %q, want empty (the chart's default)", v.Image.Repository)
+	}
+	if v.ManagedBy != v1alpha1.ManagedByValue || v.CommonLabels[v1alpha1.LabelCluster] != "d" {
+		t.Errorf("managedBy = %q, commonLabels = %v: want the inventory", v.ManagedBy, v.CommonLabels)
+	}
+
+	// Explicit values win over the defaults.
+	replicas, size := int32(5), resource.MustParse("10Gi")
+	c.Spec.Replicas, c.Spec.Version, c.Spec.Storage.Size = &replicas, "3.5.35", &size
+	v, err = values.Typed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Replicas != 5 || v.Etcd.Version != "3.5.35" || v.Storage.Size != "10Gi" {
+		t.Errorf("replicas, version, size = %d, %q, %q; want 5, 3.5.35, 10Gi", v.Replicas, v.Etcd.Version, v.Storage.Size)
+	}
+}
+
+func TestTypedAutoCompaction(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	v, err := values.Typed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Etcd.AutoCompactionMode != "" || v.Etcd.AutoCompactionRetention != "" {
+		t.Errorf("auto compaction = %q/%q, want unset", v.Etcd.AutoCompactionMode, v.Etcd.AutoCompactionRetention)
+	}
+	c.Spec.Etcd.AutoCompactionRetention = "30m"
+	if v, err = values.Typed(c); err != nil {
+		t.Fatal(err)
+	}
+	if v.Etcd.AutoCompactionMode != "periodic" {
+		t.Errorf("mode = %q, want periodic when only a retention is set", v.Etcd.AutoCompactionMode)
+	}
+	c.Spec.Etcd.AutoCompactionMode, c.Spec.Etcd.AutoCompactionRetention = v1alpha1.AutoCompactionRevision, "10000"
+	if v, err = values.Typed(c); err != nil {
+		t.Fatal(err)
+	}
+	if v.Etcd.AutoCompactionMode != "revision" || v.Etcd.AutoCompactionRetention != "10000" {
+		t.Errorf("auto compaction = %q/%q, want revision/10000", v.Etcd.AutoCompactionMode, v.Etcd.AutoCompactionRetention)
+	}
+}
+
+func TestClusterToken(t *testing.T) {
+	tests := []struct {
+		name, uid, want string
+	}{
+		{name: "c", uid: "", want: ""},
+		{name: "c", uid: "0b0e3c52-2f0a-4c1e-8f5d-1d3e0c9a7b21", want: "c-0b0e3c52-2f0a-4c1e-8f5d-1d3e0c9a7b21"},
+	}
+	for _, tt := range tests {
+		c := &v1alpha1.EtcdCluster{}
+		c.Name, c.UID = tt.name, types.UID(tt.uid)
+		v, err := values.Typed(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Etcd.ClusterToken != tt.want {
+			t.Errorf("uid %q: clusterToken = %q, want %q", tt.uid, v.Etcd.ClusterToken, tt.want)
+		}
+		m, err := values.Compute(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		etcd := m["etcd"].(map[string]any)
+		if got, ok := etcd["clusterToken"]; tt.want == "" && ok {
+			// Left out, so the chart's own default ("<fullname>-<namespace>") applies.
+			t.Errorf("uid %q: Compute set clusterToken %q, want it left out", tt.uid, got)
+		} else if tt.want != "" && got != tt.want {
+			t.Errorf("uid %q: Compute clusterToken = %v, want %q", tt.uid, got, tt.want)
+		}
+	}
+}
+
+func TestComputeKeepsInventory(t *testing.T) {
+	tests := []struct {
+		name      string
+		overrides string
+	}{
+		{"null commonLabels and managedBy", `{"commonLabels": null, "managedBy": null}`},
+		{"null cluster label", `{"commonLabels": {"etcdpilot.io/cluster": null}}`},
+		{"other cluster label and managedBy", `{"commonLabels": {"etcdpilot.io/cluster": "someone-else"}, "managedBy": "Helm"}`},
+		{"commonLabels replaced by a scalar", `{"commonLabels": "none"}`},
+		{"empty managedBy", `{"managedBy": ""}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.EtcdCluster{}
+			c.Name, c.Namespace = "inv", "ns"
+			c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(tt.overrides)}
+			m, err := values.Compute(c)
+			if err != nil {
+				t.Fatalf("Compute: %v", err)
+			}
+			labels, ok := m["commonLabels"].(map[string]any)
+			if !ok || labels[v1alpha1.LabelCluster] != "inv" {
+				t.Errorf("commonLabels = %#v, want %s: inv", m["commonLabels"], v1alpha1.LabelCluster)
+			}
+			if m["managedBy"] != v1alpha1.ManagedByValue {
+				t.Errorf("managedBy = %#v, want %q", m["managedBy"], v1alpha1.ManagedByValue)
+			}
+		})
+	}
+
+	t.Run("other labels are kept", func(t *testing.T) {
+		c := &v1alpha1.EtcdCluster{}
+		c.Name = "inv"
+		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"commonLabels": {"team": "a"}}`)}
+		m, err := values.Compute(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{v1alpha1.LabelCluster: "inv", "team": "a"}
+		if !reflect.DeepEqual(m["commonLabels"], want) {
+			t.Errorf("commonLabels = %#v, want %#v", m["commonLabels"], want)
+		}
+	})
+}
+
+func TestComputeRefusesNonObjectChartValues(t *testing.T) {
+	for _, raw := range []string{`[1, 2]`, `"replicas"`, `3`} {
+		c := &v1alpha1.EtcdCluster{}
+		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(raw)}
+		if _, err := values.Compute(c); err == nil {
+			t.Errorf("Compute accepted spec.chart.values %s", raw)
+		}
+	}
+}
+
+// The typed values marshal to plain JSON types, so the render cache key and the values file
+// of `helm template -f` see the same data.
+func TestComputeIsJSONRoundTrippable(t *testing.T) {
+	for name, c := range fixtures(t) {
+		m, err := values.Compute(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var back map[string]any
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, m) {
+			t.Errorf("%s: values change through JSON:\n%#v\n%#v", name, m, back)
+		}
+	}
+}
