@@ -1,0 +1,594 @@
+package charts_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from the current output")
+
+const (
+	fixtureDir = "testdata/fixtures"
+	goldenDir  = "testdata/golden"
+)
+
+type fixture struct {
+	name    string
+	cluster *v1alpha1.EtcdCluster
+	values  map[string]any
+}
+
+func (f fixture) release() charts.Release {
+	return charts.Release{Name: f.cluster.Name, Namespace: f.cluster.Namespace}
+}
+
+// loadFixtures decodes every EtcdCluster fixture strictly and computes its chart values, in
+// file name order.
+func loadFixtures(tb testing.TB) []fixture {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join(fixtureDir, "*.yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(paths) == 0 {
+		tb.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	var out []fixture
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c := &v1alpha1.EtcdCluster{}
+		if err := yaml.UnmarshalStrict(data, c); err != nil {
+			tb.Fatalf("failed to decode fixture %s: %v", p, err)
+		}
+		v, err := values.Compute(c)
+		if err != nil {
+			tb.Fatalf("failed to compute values of fixture %s: %v", p, err)
+		}
+		out = append(out, fixture{name: strings.TrimSuffix(filepath.Base(p), ".yaml"), cluster: c, values: v})
+	}
+	return out
+}
+
+func fixtureNamed(tb testing.TB, name string) fixture {
+	tb.Helper()
+	for _, f := range loadFixtures(tb) {
+		if f.name == name {
+			return f
+		}
+	}
+	tb.Fatalf("no fixture %s", name)
+	return fixture{}
+}
+
+func newRenderer(tb testing.TB) *charts.Renderer {
+	tb.Helper()
+	r, err := charts.Embedded()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func render(tb testing.TB, r *charts.Renderer, rel charts.Release, v map[string]any) []*unstructured.Unstructured {
+	tb.Helper()
+	objs, err := r.Render(rel, v)
+	if err != nil {
+		tb.Fatalf("Render: %v", err)
+	}
+	return objs
+}
+
+// stream marshals objects to a YAML stream in their order.
+func stream(tb testing.TB, objs []*unstructured.Unstructured) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	for i, o := range objs {
+		if i > 0 {
+			buf.WriteString("---\n")
+		}
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		buf.Write(b)
+	}
+	return buf.Bytes()
+}
+
+func TestRenderGolden(t *testing.T) {
+	r := newRenderer(t)
+	for _, f := range loadFixtures(t) {
+		t.Run(f.name, func(t *testing.T) {
+			got := stream(t, render(t, r, f.release(), f.values))
+			golden := filepath.Join(goldenDir, f.name+".yaml")
+			if *update {
+				if err := os.MkdirAll(goldenDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./charts -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("render of fixture %s differs from %s (run with -update if the change is intended)\n--- got\n%s", f.name, golden, got)
+			}
+		})
+	}
+}
+
+func TestRenderIsDeterministic(t *testing.T) {
+	for _, f := range loadFixtures(t) {
+		// Two renderers, so the second render is not a cache hit.
+		a := stream(t, render(t, newRenderer(t), f.release(), f.values))
+		b := stream(t, render(t, newRenderer(t), f.release(), f.values))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: two renders differ:\n%s\n---- and ----\n%s", f.name, a, b)
+		}
+	}
+}
+
+func TestRenderCache(t *testing.T) {
+	f := fixtureNamed(t, "five-members-tuned")
+	r := newRenderer(t)
+	first := render(t, r, f.release(), f.values)
+	want := stream(t, first)
+
+	// Change everything the caller got back: labels, nested maps, lists.
+	for _, o := range first {
+		o.SetLabels(map[string]string{"mutated": "true"})
+		o.SetName("mutated")
+		if o.GetKind() == "StatefulSet" {
+			if err := unstructured.SetNestedField(o.Object, int64(42), "spec", "replicas"); err != nil {
+				t.Fatal(err)
+			}
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			containers[0].(map[string]any)["args"] = []any{"--mutated"}
+		}
+	}
+	first[0] = nil
+
+	second := render(t, r, f.release(), f.values)
+	if got := stream(t, second); !bytes.Equal(got, want) {
+		t.Fatalf("a cached render changed after the caller mutated an earlier result:\n%s", got)
+	}
+	third := render(t, r, f.release(), f.values)
+	if !reflect.DeepEqual(second, third) {
+		t.Errorf("two cache hits differ")
+	}
+	for i := range second {
+		if second[i] == third[i] {
+			t.Errorf("cache hits share object %d", i)
+		}
+	}
+	// A fresh renderer (a cache miss) agrees with the cache.
+	if got := stream(t, render(t, newRenderer(t), f.release(), f.values)); !bytes.Equal(got, want) {
+		t.Errorf("a cache hit differs from a fresh render")
+	}
+
+	// The release is part of the key.
+	other := render(t, r, charts.Release{Name: "other", Namespace: f.cluster.Namespace}, f.values)
+	if other[0].GetName() == second[0].GetName() {
+		t.Errorf("a render for another release came from the cache: %s", other[0].GetName())
+	}
+}
+
+func TestInstallOrder(t *testing.T) {
+	r := newRenderer(t)
+	for _, f := range loadFixtures(t) {
+		objs := render(t, r, f.release(), f.values)
+		var kinds []string
+		for _, o := range objs {
+			kinds = append(kinds, o.GetKind())
+		}
+		sts := slices.Index(kinds, "StatefulSet")
+		if sts < 0 || slices.Index(kinds[sts+1:], "StatefulSet") >= 0 {
+			t.Fatalf("%s: want exactly one StatefulSet, got kinds %v", f.name, kinds)
+		}
+		for i, k := range kinds[:sts] {
+			if !slices.Contains([]string{"ServiceAccount", "Service", "PodDisruptionBudget"}, k) {
+				t.Errorf("%s: unexpected %s at %d before the StatefulSet: %v", f.name, k, i, kinds)
+			}
+		}
+		if len(kinds) != sts+1 {
+			t.Errorf("%s: objects after the StatefulSet: %v", f.name, kinds[sts+1:])
+		}
+		want := []string{"ServiceAccount", "Service", "Service"}
+		if pdb, _ := f.values["podDisruptionBudget"].(map[string]any); pdb["enabled"] != false {
+			want = append(want, "PodDisruptionBudget")
+		}
+		for _, k := range want {
+			i := slices.Index(kinds, k)
+			if i < 0 || i > sts {
+				t.Errorf("%s: %s missing or after the StatefulSet: %v", f.name, k, kinds)
+			}
+		}
+	}
+}
+
+func toTyped(tb testing.TB, o *unstructured.Unstructured, into any) {
+	tb.Helper()
+	// Unknown fields fail too: a misspelled field in a template must not vanish silently.
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, into, true); err != nil {
+		tb.Fatalf("failed to convert %s %s: %v", o.GetKind(), o.GetName(), err)
+	}
+}
+
+func find(tb testing.TB, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	tb.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	tb.Fatalf("no %s %s in the render", kind, name)
+	return nil
+}
+
+func statefulSet(tb testing.TB, objs []*unstructured.Unstructured, name string) *appsv1.StatefulSet {
+	tb.Helper()
+	s := &appsv1.StatefulSet{}
+	toTyped(tb, find(tb, objs, "StatefulSet", name), s)
+	return s
+}
+
+func TestEveryObjectConverts(t *testing.T) {
+	r := newRenderer(t)
+	for _, f := range loadFixtures(t) {
+		for _, o := range render(t, r, f.release(), f.values) {
+			var into any
+			switch o.GetKind() {
+			case "ServiceAccount":
+				into = &corev1.ServiceAccount{}
+			case "Service":
+				into = &corev1.Service{}
+			case "PodDisruptionBudget":
+				into = &policyv1.PodDisruptionBudget{}
+			case "StatefulSet":
+				into = &appsv1.StatefulSet{}
+			default:
+				t.Errorf("%s: unexpected kind %s", f.name, o.GetKind())
+				continue
+			}
+			toTyped(t, o, into)
+			if o.GetNamespace() != f.cluster.Namespace {
+				t.Errorf("%s: %s %s in namespace %q, want %q", f.name, o.GetKind(), o.GetName(), o.GetNamespace(), f.cluster.Namespace)
+			}
+			l := o.GetLabels()
+			if l[v1alpha1.LabelCluster] != f.cluster.Name || l[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
+				t.Errorf("%s: %s %s lacks the inventory labels: %v", f.name, o.GetKind(), o.GetName(), l)
+			}
+		}
+	}
+}
+
+func TestStatefulSet(t *testing.T) {
+	r := newRenderer(t)
+	for _, f := range loadFixtures(t) {
+		t.Run(f.name, func(t *testing.T) {
+			objs := render(t, r, f.release(), f.values)
+			s := statefulSet(t, objs, f.cluster.Name)
+			if s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+				t.Errorf("podManagementPolicy = %q, want Parallel", s.Spec.PodManagementPolicy)
+			}
+			if s.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+				t.Errorf("updateStrategy = %q, want OnDelete", s.Spec.UpdateStrategy.Type)
+			}
+			if s.Spec.ServiceName != f.cluster.Name {
+				t.Errorf("serviceName = %q, want the headless Service %q", s.Spec.ServiceName, f.cluster.Name)
+			}
+
+			pod := s.Spec.Template.Spec
+			psc := pod.SecurityContext
+			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+				t.Errorf("pod securityContext.runAsNonRoot not true: %+v", psc)
+			}
+			if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("pod seccompProfile not RuntimeDefault: %+v", psc)
+			}
+			if len(pod.Containers) != 1 {
+				t.Fatalf("containers = %d, want 1", len(pod.Containers))
+			}
+			c := pod.Containers[0]
+			sc := c.SecurityContext
+			switch {
+			case sc == nil:
+				t.Fatalf("container has no securityContext")
+			case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+				t.Errorf("allowPrivilegeEscalation not false")
+			case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+				t.Errorf("container runAsNonRoot not true")
+			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+				t.Errorf("readOnlyRootFilesystem not true")
+			case sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+				t.Errorf("capabilities = %+v, want drop ALL and add nothing", sc.Capabilities)
+			case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+				t.Errorf("container seccompProfile not RuntimeDefault")
+			case sc.Privileged != nil && *sc.Privileged:
+				t.Errorf("container is privileged")
+			}
+
+			listeners := 0
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--listen-") {
+					listeners++
+					if !strings.Contains(a, "://$(POD_IP):") {
+						t.Errorf("listener %q not bound to $(POD_IP)", a)
+					}
+				}
+			}
+			if listeners != 3 {
+				t.Errorf("%d --listen-* args, want peer, client and metrics: %v", listeners, c.Args)
+			}
+			if all := stream(t, objs); bytes.Contains(all, []byte("0.0.0.0")) {
+				t.Errorf("the render mentions 0.0.0.0")
+			}
+
+			if f.cluster.Spec.Version == "3.5.9" {
+				checkTCPProbes(t, c)
+			} else {
+				checkLivezProbes(t, c)
+			}
+
+			ephemeral := f.cluster.Spec.Storage.Ephemeral != nil && *f.cluster.Spec.Storage.Ephemeral
+			if ephemeral != (len(s.Spec.VolumeClaimTemplates) == 0) {
+				t.Errorf("ephemeral = %v but %d volume claim templates", ephemeral, len(s.Spec.VolumeClaimTemplates))
+			}
+		})
+	}
+}
+
+func checkLivezProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		want := "/livez"
+		if name == "readiness" {
+			want = "/readyz"
+		}
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s probe = %+v, want GET %s on the metrics port", name, p, want)
+		}
+	}
+}
+
+func checkTCPProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.TCPSocket == nil || p.TCPSocket.Port.String() != "client" || p.HTTPGet != nil {
+			t.Errorf("%s probe = %+v, want a TCP check of the client port", name, p)
+		}
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/health" || p.HTTPGet.Port.String() != "metrics" {
+		t.Errorf("readiness probe = %+v, want GET /health on the metrics port", p)
+	}
+}
+
+// The /livez branch starts at 3.5.11; check the versions either side of the boundary.
+func TestProbeVersionBoundary(t *testing.T) {
+	r := newRenderer(t)
+	f := fixtureNamed(t, "minimal")
+	for version, livez := range map[string]bool{"3.5.9": false, "3.5.10": false, "3.5.11": true, "3.5.35": true, "3.6.0": true, "3.7.0": true} {
+		v := values.Merge(f.values, map[string]any{"etcd": map[string]any{"version": version}})
+		c := statefulSet(t, render(t, r, f.release(), v), f.cluster.Name).Spec.Template.Spec.Containers[0]
+		if livez {
+			checkLivezProbes(t, c)
+		} else {
+			checkTCPProbes(t, c)
+		}
+	}
+}
+
+func TestPodDisruptionBudgetKeepsQuorum(t *testing.T) {
+	r := newRenderer(t)
+	f := fixtureNamed(t, "minimal")
+	for n := 1; n <= 9; n++ {
+		v := values.Merge(f.values, map[string]any{"replicas": n})
+		objs := render(t, r, f.release(), v)
+		pdb := &policyv1.PodDisruptionBudget{}
+		toTyped(t, find(t, objs, "PodDisruptionBudget", f.cluster.Name), pdb)
+		want := n/2 + 1
+		if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.String() != fmt.Sprint(want) {
+			t.Errorf("replicas %d: minAvailable = %v, want %d", n, pdb.Spec.MinAvailable, want)
+		}
+		if pdb.Spec.MaxUnavailable != nil {
+			t.Errorf("replicas %d: maxUnavailable set as well", n)
+		}
+		s := statefulSet(t, objs, f.cluster.Name)
+		if s.Spec.Replicas == nil || int(*s.Spec.Replicas) != n {
+			t.Errorf("replicas %d: StatefulSet replicas = %v", n, s.Spec.Replicas)
+		}
+		if got := strings.Count(argValue(s, "--initial-cluster="), "=http://"); got != n {
+			t.Errorf("replicas %d: --initial-cluster has %d members", n, got)
+		}
+	}
+}
+
+func argValue(s *appsv1.StatefulSet, prefix string) string {
+	for _, a := range s.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, prefix); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestServices(t *testing.T) {
+	r := newRenderer(t)
+	for _, f := range loadFixtures(t) {
+		objs := render(t, r, f.release(), f.values)
+		headless := &corev1.Service{}
+		toTyped(t, find(t, objs, "Service", f.cluster.Name), headless)
+		if headless.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("%s: headless Service clusterIP = %q, want None", f.name, headless.Spec.ClusterIP)
+		}
+		if !headless.Spec.PublishNotReadyAddresses {
+			t.Errorf("%s: headless Service does not publish not-ready addresses", f.name)
+		}
+		client := &corev1.Service{}
+		toTyped(t, find(t, objs, "Service", f.cluster.Name+"-client"), client)
+		if client.Spec.ClusterIP == corev1.ClusterIPNone || client.Spec.PublishNotReadyAddresses {
+			t.Errorf("%s: client Service must route to ready members only: %+v", f.name, client.Spec)
+		}
+	}
+}
+
+func TestSchemaRefusesInvalidValues(t *testing.T) {
+	r := newRenderer(t)
+	f := fixtureNamed(t, "minimal")
+	tests := []struct {
+		name  string
+		over  map[string]any
+		field string // named in the error
+	}{
+		{"replicas 0", map[string]any{"replicas": 0}, "replicas"},
+		{"replicas 10", map[string]any{"replicas": 10}, "replicas"},
+		{"replicas not an integer", map[string]any{"replicas": 2.5}, "replicas"},
+		{"version latest", map[string]any{"etcd": map[string]any{"version": "latest"}}, "version"},
+		{"version with v prefix", map[string]any{"etcd": map[string]any{"version": "v3.6.16"}}, "version"},
+		{"unknown top-level key", map[string]any{"replica": 3}, "replica"},
+		{"unknown etcd key", map[string]any{"etcd": map[string]any{"dataDir": "/x"}}, "dataDir"},
+		{"extraArgs with dashes", map[string]any{"etcd": map[string]any{"extraArgs": map[string]any{"--log-level": "debug"}}}, "--log-level"},
+		{"storage size", map[string]any{"storage": map[string]any{"size": "1 GB"}}, "size"},
+		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
+		{"cluster state", map[string]any{"etcd": map[string]any{"initialClusterState": "joining"}}, "initialClusterState"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := r.Render(f.release(), values.Merge(f.values, tt.over))
+			if err == nil {
+				t.Fatalf("Render accepted %v", tt.over)
+			}
+			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("error %q does not blame the schema and %s", err, tt.field)
+			}
+		})
+	}
+	// And the error is not cached as a success: the valid values still render.
+	render(t, r, f.release(), f.values)
+}
+
+// nondeterministic are the template functions (Helm's and sprig's) whose output depends on
+// randomness, the clock or the cluster. A chart that uses one renders differently each time,
+// which would make every reconcile an apply and defeat the render cache.
+var nondeterministic = regexp.MustCompile(`^(rand\w*|shuffle|uuidv4|genCA\w*|genPrivateKey|genSelfSignedCert\w*|genSignedCert\w*|htpasswd|bcrypt|encryptAES|lookup|now|ago|unixEpoch|date\w*|mustDate\w*|htmlDate\w*|toDate|mustToDate)$`)
+
+var (
+	action   = regexp.MustCompile(`(?s)\{\{-?(.*?)-?\}\}`)
+	quoted   = regexp.MustCompile("(?s)\"(?:[^\"\\\\]|\\\\.)*\"|`[^`]*`")
+	funcName = regexp.MustCompile(`(?:^|[^.\w$])([A-Za-z_]\w*)`)
+)
+
+// forbiddenCalls returns the nondeterministic functions that a template's actions name,
+// ignoring comments, string literals and fields (.Values.now is fine).
+func forbiddenCalls(tpl string) []string {
+	var out []string
+	for _, m := range action.FindAllStringSubmatch(tpl, -1) {
+		body := strings.TrimSpace(m[1])
+		if strings.HasPrefix(body, "/*") {
+			continue
+		}
+		body = quoted.ReplaceAllString(body, `""`)
+		for _, id := range funcName.FindAllStringSubmatch(body, -1) {
+			if nondeterministic.MatchString(id[1]) {
+				out = append(out, id[1])
+			}
+		}
+	}
+	return out
+}
+
+func TestForbiddenCallsFinds(t *testing.T) {
+	tests := map[string][]string{
+		`{{ now | date "2006" }}`:                         {"now", "date"},
+		`{{- randAlphaNum 16 | b64enc }}`:                 {"randAlphaNum"},
+		`{{ $ca := genCA "etcd" 365 }}`:                   {"genCA"},
+		`{{ (lookup "v1" "Secret" "ns" "n").data }}`:      {"lookup"},
+		`{{ include "x" (dict "a" (uuidv4)) }}`:           {"uuidv4"},
+		`{{ .Values.now }} {{ $.Values.random }}`:         nil,
+		`{{/* now and rand are fine in a comment */}}`:    nil,
+		`{{ printf "lookup %s" .Release.Name }}`:          nil,
+		`{{ default "now" .Values.x }} now outside {{ }}`: nil,
+	}
+	for tpl, want := range tests {
+		if got := forbiddenCalls(tpl); !reflect.DeepEqual(got, want) {
+			t.Errorf("forbiddenCalls(%q) = %v, want %v", tpl, got, want)
+		}
+	}
+}
+
+func TestChartIsDeterministic(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(charts.ChartDir, "templates", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatal("no templates found")
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls := forbiddenCalls(string(data)); len(calls) > 0 {
+			t.Errorf("%s calls %v: the chart must render the same objects every time", p, calls)
+		}
+	}
+}
+
+// BenchmarkRenderCold renders values the cache has not seen: each iteration is for another
+// release, so it is a true miss (Helm's engine, sorting and decoding).
+func BenchmarkRenderCold(b *testing.B) {
+	f := fixtureNamed(b, "five-members-tuned")
+	r := newRenderer(b)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		rel := charts.Release{Name: fmt.Sprintf("cold-%d", i), Namespace: f.cluster.Namespace}
+		if _, err := r.Render(rel, f.values); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRenderWarm renders values the cache holds: hashing the values and copying the
+// cached objects.
+func BenchmarkRenderWarm(b *testing.B) {
+	f := fixtureNamed(b, "five-members-tuned")
+	r := newRenderer(b)
+	if _, err := r.Render(f.release(), f.values); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Render(f.release(), f.values); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
