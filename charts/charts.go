@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	"helm.sh/helm/v3/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -258,4 +259,13 @@ func copyValues(values map[string]any) (map[string]any, error) {
 		return nil, fmt.Errorf("failed to decode values: %w", err)
 	}
 	return v.AsMap(), nil
+}
+
+// ParseSet merges one Helm --set expression (a.b=c,d=e) into values, with Helm's own parser,
+// so `etcd-pilot render --set` means exactly what `helm template --set` means.
+func ParseSet(expr string, values map[string]any) error {
+	if err := strvals.ParseInto(expr, values); err != nil {
+		return fmt.Errorf("failed to parse --set %q: %w", expr, err)
+	}
+	return nil
 }

@@ -1,0 +1,227 @@
+// Package controllers holds etcd-pilot's reconcilers: decisions and status. Rendering goes
+// through the charts package, applying through internal/apply and etcd calls through
+// internal/etcd; this package imports neither Helm nor clientv3.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/apply"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// FieldOwner is the server-side apply field manager of everything etcd-pilot applies.
+const FieldOwner = "etcd-pilot"
+
+// ControllerName names the EtcdCluster controller in logs, metrics and events.
+const ControllerName = "etcdcluster"
+
+// Requeue intervals: a settled cluster is looked at again for its health; a changing one
+// sooner, since not every change of etcd's state shows up as a Kubernetes event.
+const (
+	RequeueSettled     = 60 * time.Second
+	RequeueProgressing = 5 * time.Second
+)
+
+// OwnedKinds are the kinds the chart renders. The controller watches them, prunes them and
+// deletes them with the cluster.
+var OwnedKinds = []schema.GroupVersionKind{
+	appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
+	policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"),
+	corev1.SchemeGroupVersion.WithKind("Service"),
+	corev1.SchemeGroupVersion.WithKind("ServiceAccount"),
+}
+
+// EtcdClusterReconciler reconciles EtcdCluster objects.
+type EtcdClusterReconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client   client.Client
+	Scheme   *runtime.Scheme
+	Renderer *charts.Renderer
+	Recorder events.EventRecorder
+	// DialEtcd opens etcd clients; etcd.Dial in production.
+	DialEtcd etcd.Dialer
+	// EtcdTimeout bounds each etcd call of an observation.
+	EtcdTimeout time.Duration
+
+	applier *apply.Applier
+}
+
+// +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// SetupWithManager registers the controller. Status-only changes of an EtcdCluster (the
+// controller's own writes) do not trigger a pass.
+func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.EtcdTimeout == 0 {
+		r.EtcdTimeout = 3 * time.Second
+	}
+	r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.EtcdCluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Complete(r)
+}
+
+// Reconcile is one pass over an EtcdCluster: observe, decide, act, report.
+func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &v1alpha1.EtcdCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, c)
+	}
+	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerName) {
+		patch := client.MergeFrom(c.DeepCopy())
+		controllerutil.AddFinalizer(c, v1alpha1.FinalizerName)
+		if err := r.Client.Patch(ctx, c, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to add finalizer to EtcdCluster %s: %w", req, err)
+		}
+		// The update triggers the next pass.
+		return ctrl.Result{}, nil
+	}
+
+	before := c.DeepCopy()
+	result, err := r.reconcileNormal(ctx, c)
+	if perr := r.patchStatus(ctx, before, c); perr != nil && err == nil {
+		return ctrl.Result{}, perr
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return result, nil
+}
+
+// patchStatus writes the status only when it changed, and records an event for every
+// condition whose status changed.
+func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *v1alpha1.EtcdCluster) error {
+	if equality.Semantic.DeepEqual(before.Status, after.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, after, client.MergeFrom(before)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("failed to patch status of EtcdCluster %s/%s: %w", after.Namespace, after.Name, err)
+	}
+	for _, t := range conditionTransitions(before.Status.Conditions, after.Status.Conditions) {
+		r.Recorder.Eventf(after, nil, t.eventType, t.cond.Reason, "Transition", "%s is %s: %s", t.cond.Type, t.cond.Status, t.cond.Message)
+	}
+	return nil
+}
+
+// reconcileNormal renders, applies and prunes (unless paused), then observes and fills the
+// status. An invalid spec is reported in conditions and is not retried until it changes.
+func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	obs := observation{generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c)}
+	obs.specReplicas = specReplicas(c)
+	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
+
+	desired, specErr := Desired(r.Renderer, c)
+	obs.specErr = specErr
+
+	var applyErr error
+	if specErr == nil && !c.Spec.Paused {
+		applyErr = r.applyAndPrune(ctx, c, desired)
+		obs.applyErr = applyErr
+	}
+
+	topo := topologyOf(c, desired)
+	if err := r.observe(ctx, c, topo, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	setStatus(c, obs, topo)
+
+	switch {
+	case applyErr != nil:
+		return ctrl.Result{}, applyErr
+	case specErr != nil:
+		logger.Info("spec cannot be rendered; waiting for it to change", "error", specErr.Error())
+		return ctrl.Result{}, nil
+	}
+	c.Status.ObservedGeneration = c.Generation
+	if isTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
+		return ctrl.Result{RequeueAfter: RequeueProgressing}, nil
+	}
+	return ctrl.Result{RequeueAfter: RequeueSettled}, nil
+}
+
+func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.EtcdCluster, desired []*unstructured) error {
+	res, err := r.applier.Apply(ctx, desired)
+	if len(res.Applied) > 0 {
+		r.Recorder.Eventf(c, nil, "Normal", "Applied", "Apply", "Applied %v", res.Applied)
+	}
+	if err != nil {
+		return err
+	}
+	pruned, err := r.applier.Prune(ctx, r.inventory(c, desired))
+	if len(pruned) > 0 {
+		r.Recorder.Eventf(c, nil, "Normal", "Pruned", "Prune", "Deleted %v: the chart no longer renders them", pruned)
+	}
+	return err
+}
+
+// reconcileDelete deletes what the cluster owns (PersistentVolumeClaims stay: the
+// StatefulSet's retention policy keeps volumes, so data is never deleted implicitly), then
+// releases the finalizer.
+func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerName) {
+		return ctrl.Result{}, nil
+	}
+	remaining, err := r.applier.Delete(ctx, r.inventory(c, nil))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if remaining > 0 {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	controllerutil.RemoveFinalizer(c, v1alpha1.FinalizerName)
+	if err := r.Client.Patch(ctx, c, patch); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("failed to remove finalizer from EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *EtcdClusterReconciler) inventory(c *v1alpha1.EtcdCluster, keep []*unstructured) apply.PruneRequest {
+	return apply.PruneRequest{
+		Namespace: c.Namespace,
+		Selector:  InventorySelector(c.Name),
+		OwnerUID:  c.UID,
+		Kinds:     OwnedKinds,
+		Keep:      keep,
+	}
+}

@@ -1,0 +1,112 @@
+package controllers
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	unstructuredv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+type unstructured = unstructuredv1.Unstructured
+
+// Desired returns exactly the objects the operator applies for c: the chart rendered with the
+// values computed from c, each with c as its controlling owner when c has a UID (an object
+// read from a file has none, and then the chart's output is returned as is). An error means
+// the spec cannot be turned into objects; its message says what to fix.
+func Desired(r *charts.Renderer, c *v1alpha1.EtcdCluster) ([]*unstructured, error) {
+	vals, err := values.Compute(c)
+	if err != nil {
+		return nil, err
+	}
+	return DesiredFromValues(r, c, vals)
+}
+
+// DesiredFromValues is Desired with the chart values given (etcd-pilot render merges its
+// --values and --set over the computed ones).
+func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[string]any) ([]*unstructured, error) {
+	objs, err := r.Render(charts.Release{Name: c.Name, Namespace: c.Namespace}, vals)
+	if err != nil {
+		return nil, fmt.Errorf("the chart refused the values computed from the spec (check spec.chart.values): %w", err)
+	}
+	if c.UID != "" {
+		ref := metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+		}
+		for _, o := range objs {
+			o.SetOwnerReferences([]metav1.OwnerReference{ref})
+		}
+	}
+	return objs, nil
+}
+
+// InventorySelector selects the objects applied for the EtcdCluster named name.
+func InventorySelector(name string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{v1alpha1.LabelCluster: name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
+}
+
+// topology is what the controller needs to know of the rendered StatefulSet to find the
+// members.
+type topology struct {
+	statefulSet string
+	service     string
+	namespace   string
+	clientPort  int32
+	selector    labels.Selector
+}
+
+// topologyOf reads the topology from the rendered StatefulSet, falling back to the chart's
+// default naming when nothing could be rendered.
+func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
+	t := topology{
+		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
+		selector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
+	}
+	for _, o := range desired {
+		if o.GetKind() != "StatefulSet" {
+			continue
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, sts); err != nil {
+			return t
+		}
+		t.statefulSet, t.service = sts.Name, sts.Spec.ServiceName
+		if sts.Spec.Selector != nil {
+			if sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector); err == nil {
+				t.selector = sel
+			}
+		}
+		for _, ctr := range sts.Spec.Template.Spec.Containers {
+			for _, p := range ctr.Ports {
+				if p.Name == "client" {
+					t.clientPort = p.ContainerPort
+				}
+			}
+		}
+	}
+	return t
+}
+
+// endpoints are the client URLs of ordinals 0..n-1, by their stable DNS names.
+func (t topology) endpoints(n int32) []string {
+	out := make([]string, 0, n)
+	for i := int32(0); i < n; i++ {
+		out = append(out, fmt.Sprintf("http://%s-%d.%s.%s.svc:%d", t.statefulSet, i, t.service, t.namespace, t.clientPort))
+	}
+	return out
+}
+
+func specReplicas(c *v1alpha1.EtcdCluster) int32 {
+	if c.Spec.Replicas != nil {
+		return *c.Spec.Replicas
+	}
+	return values.DefaultReplicas
+}

@@ -1,0 +1,331 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// observation is everything one pass knows about a cluster. Conditions are a pure function of
+// it.
+type observation struct {
+	generation   int64
+	specReplicas int32
+	paused       bool
+	ephemeral    bool
+	wasAvailable bool
+
+	specErr  error
+	applyErr error
+
+	sts *appsv1.StatefulSet // nil when absent
+
+	etcd    *etcd.Observed // nil when etcd was not asked or did not answer
+	etcdErr error
+}
+
+// observe reads the StatefulSet from the cache and, when member pods exist, asks etcd.
+func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
+	sts := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+	}
+	o.sts = sts
+	if sts.Status.Replicas == 0 {
+		return nil
+	}
+	n := sts.Status.Replicas
+	if sts.Spec.Replicas != nil && *sts.Spec.Replicas > n {
+		n = *sts.Spec.Replicas
+	}
+	cl, err := r.DialEtcd(ctx, t.endpoints(n))
+	if err != nil {
+		o.etcdErr = err
+		return nil
+	}
+	defer cl.Close()
+	obs, err := etcd.Observe(ctx, cl, r.EtcdTimeout)
+	if err != nil {
+		o.etcdErr = err
+		return nil
+	}
+	o.etcd = &obs
+	return nil
+}
+
+// quorum is the number of votes a cluster of n voting members needs.
+func quorum(n int32) int32 { return n/2 + 1 }
+
+// setStatus fills c.Status from o. It keeps LastTransitionTime of conditions whose status did
+// not change, so an unchanged cluster gives an unchanged status.
+func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
+	s := &c.Status
+	s.Selector = t.selector.String()
+	if o.sts != nil {
+		s.Replicas = o.sts.Status.Replicas
+		s.ReadyReplicas = o.sts.Status.ReadyReplicas
+	} else {
+		s.Replicas, s.ReadyReplicas = 0, 0
+	}
+	if o.etcd != nil {
+		s.Members, s.Leader, s.LeaderID, s.CurrentVersion = memberStatuses(*o.etcd)
+		s.ClusterID = etcd.FormatID(o.etcd.Cluster.ClusterID)
+	} else if o.sts == nil || o.sts.Status.Replicas == 0 {
+		// No member runs: nothing to report. When members run but etcd did not answer, the
+		// last known member table stays, and the conditions say etcd is unreachable.
+		s.Members, s.Leader, s.LeaderID = nil, "", ""
+	}
+	for _, cond := range conditions(o) {
+		cond.ObservedGeneration = o.generation
+		meta.SetStatusCondition(&s.Conditions, cond)
+	}
+}
+
+// memberStatuses turns an etcd observation into the status member table, the leader's name
+// and ID, and the lowest version running.
+func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderName, leaderID, lowest string) {
+	leader := o.Leader()
+	for _, m := range o.Cluster.Members {
+		ms := v1alpha1.MemberStatus{Name: m.Name, ID: etcd.FormatID(m.ID), Learner: m.IsLearner, Leader: m.ID == leader && leader != 0}
+		if ms.Name == "" {
+			ms.Name = "unstarted-" + ms.ID
+		}
+		if len(m.PeerURLs) > 0 {
+			ms.PeerURL = m.PeerURLs[0]
+		}
+		if len(m.ClientURLs) > 0 {
+			ms.ClientURL = m.ClientURLs[0]
+		}
+		if st, ok := o.Status[m.ID]; ok {
+			ms.Healthy = len(st.Errors) == 0
+			ms.Version, ms.DBSizeBytes, ms.RaftIndex = st.Version, st.DBSize, st.RaftIndex
+			if lowest == "" || versionLess(st.Version, lowest) {
+				lowest = st.Version
+			}
+		}
+		if ms.Leader {
+			leaderName, leaderID = ms.Name, ms.ID
+		}
+		members = append(members, ms)
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	return members, leaderName, leaderID, lowest
+}
+
+// versionLess compares MAJOR.MINOR.PATCH versions numerically.
+func versionLess(a, b string) bool {
+	pa, pb := strings.SplitN(a, ".", 3), strings.SplitN(b, ".", 3)
+	for i := 0; i < 3; i++ {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(strings.SplitN(pa[i], "-", 2)[0])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(strings.SplitN(pb[i], "-", 2)[0])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+// conditions computes Available, Progressing, Degraded, Ready and EphemeralStorage.
+func conditions(o observation) []metav1.Condition {
+	avail := availableCondition(o)
+	prog := progressingCondition(o)
+	degr := degradedCondition(o, prog)
+	ready := readyCondition(o, avail, prog, degr)
+	eph := metav1.Condition{Type: v1alpha1.ConditionEphemeralStorage, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonPersistentVolumes, Message: "members keep their data on PersistentVolumeClaims"}
+	if o.ephemeral {
+		eph = metav1.Condition{Type: v1alpha1.ConditionEphemeralStorage, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonEmptyDir,
+			Message: "storage.ephemeral is set: members keep their data in emptyDir volumes and lose it when their pod is deleted; do not keep data you need here"}
+	}
+	return []metav1.Condition{avail, prog, degr, ready, eph}
+}
+
+func availableCondition(o observation) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionAvailable}
+	if o.etcd != nil {
+		voting, healthy := int32(0), int32(0)
+		for _, m := range o.etcd.Cluster.Members {
+			if m.IsLearner {
+				continue
+			}
+			voting++
+			if st, ok := o.etcd.Status[m.ID]; ok && len(st.Errors) == 0 {
+				healthy++
+			}
+		}
+		leader := o.etcd.Leader()
+		if voting > 0 && healthy >= quorum(voting) && leader != 0 {
+			c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
+			c.Message = fmt.Sprintf("%d of %d voting members healthy (quorum %d), leader %s", healthy, voting, quorum(voting), etcd.FormatID(leader))
+			return c
+		}
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumNotReady
+		c.Message = fmt.Sprintf("%d of %d voting members healthy, quorum needs %d", healthy, voting, quorum(voting))
+		if leader == 0 {
+			c.Message += "; no leader"
+		}
+		return c
+	}
+	var ready int32
+	if o.sts != nil {
+		ready = o.sts.Status.ReadyReplicas
+	}
+	// Without an answer from etcd, a member pod's readiness (a linearizable read) is the
+	// evidence that the cluster serves.
+	if ready >= quorum(o.specReplicas) {
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
+		c.Message = fmt.Sprintf("%d of %d members ready (quorum %d)", ready, o.specReplicas, quorum(o.specReplicas))
+	} else {
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumNotReady
+		c.Message = fmt.Sprintf("%d of %d members ready, quorum needs %d", ready, o.specReplicas, quorum(o.specReplicas))
+	}
+	if o.etcdErr != nil {
+		c.Message += fmt.Sprintf("; etcd did not answer the operator: %v", o.etcdErr)
+	}
+	return c
+}
+
+func progressingCondition(o observation) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse}
+	switch {
+	case o.paused:
+		c.Reason, c.Message = v1alpha1.ReasonPaused, "spec.paused is set: the operator changes nothing and only reports status"
+	case o.specErr != nil:
+		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, "waiting for a valid spec"
+	case o.sts == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
+	case stsOutdated(o.sts):
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonRollingOut
+		c.Message = fmt.Sprintf("%d of %d member pods run the current pod template; with the OnDelete strategy a pod takes the new template when it is deleted", o.sts.Status.UpdatedReplicas, o.sts.Status.Replicas)
+	case o.sts.Status.ReadyReplicas < o.specReplicas && !o.wasAvailable:
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
+		c.Message = fmt.Sprintf("%d of %d members ready", o.sts.Status.ReadyReplicas, o.specReplicas)
+	default:
+		c.Reason, c.Message = v1alpha1.ReasonReconciled, "the cluster matches the spec"
+	}
+	return c
+}
+
+// stsOutdated reports whether the StatefulSet controller has not caught up with the spec, or
+// pods run an older template.
+func stsOutdated(s *appsv1.StatefulSet) bool {
+	want := int32(1)
+	if s.Spec.Replicas != nil {
+		want = *s.Spec.Replicas
+	}
+	return s.Status.ObservedGeneration < s.Generation ||
+		s.Status.Replicas != want ||
+		(s.Status.UpdateRevision != "" && s.Status.CurrentRevision != s.Status.UpdateRevision && s.Status.UpdatedReplicas < want)
+}
+
+func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
+	switch {
+	case o.specErr != nil:
+		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, o.specErr.Error()
+	case o.applyErr != nil:
+		c.Reason, c.Message = v1alpha1.ReasonApplyFailed, o.applyErr.Error()
+	case o.etcd != nil && len(unhealthyMembers(*o.etcd)) > 0:
+		c.Reason, c.Message = v1alpha1.ReasonMembersUnhealthy, "unhealthy members: "+strings.Join(unhealthyMembers(*o.etcd), "; ")
+	case o.sts != nil && prog.Status == metav1.ConditionFalse && o.sts.Status.ReadyReplicas < o.specReplicas:
+		c.Reason = v1alpha1.ReasonMembersUnhealthy
+		c.Message = fmt.Sprintf("%d of %d member pods ready", o.sts.Status.ReadyReplicas, o.specReplicas)
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "nothing needs attention"
+	}
+	return c
+}
+
+// unhealthyMembers describes each member that did not answer or reported errors (alarms).
+func unhealthyMembers(o etcd.Observed) []string {
+	var out []string
+	for _, m := range o.Cluster.Members {
+		name := m.Name
+		if name == "" {
+			name = etcd.FormatID(m.ID)
+		}
+		if err, ok := o.StatusErr[m.ID]; ok {
+			out = append(out, fmt.Sprintf("%s: %v", name, err))
+		} else if st, ok := o.Status[m.ID]; ok && len(st.Errors) > 0 {
+			out = append(out, fmt.Sprintf("%s: %s", name, strings.Join(st.Errors, ", ")))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func readyCondition(o observation, avail, prog, degr metav1.Condition) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}
+	switch {
+	case avail.Status != metav1.ConditionTrue:
+		c.Reason, c.Message = v1alpha1.ReasonNotAvailable, avail.Message
+	case degr.Status == metav1.ConditionTrue:
+		c.Reason, c.Message = v1alpha1.ReasonDegraded, degr.Message
+	case prog.Status == metav1.ConditionTrue:
+		c.Reason, c.Message = v1alpha1.ReasonProgressing, prog.Message
+	case o.paused:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonPaused, "available; spec.paused is set"
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonReady, avail.Message
+	}
+	return c
+}
+
+// wasAvailable reports whether the cluster has formed before: then missing members are a
+// degradation, not a creation in progress.
+func wasAvailable(c *v1alpha1.EtcdCluster) bool {
+	return c.Status.ClusterID != "" || isTrue(c.Status.Conditions, v1alpha1.ConditionAvailable)
+}
+
+func isTrue(conds []metav1.Condition, t string) bool {
+	return meta.IsStatusConditionTrue(conds, t)
+}
+
+type transition struct {
+	cond      metav1.Condition
+	eventType string
+}
+
+// conditionTransitions lists the conditions whose status differs from before, with the event
+// type that fits: Warning when the news is bad.
+func conditionTransitions(before, after []metav1.Condition) []transition {
+	var out []transition
+	for _, a := range after {
+		b := meta.FindStatusCondition(before, a.Type)
+		if b != nil && b.Status == a.Status {
+			continue
+		}
+		if b == nil && a.Status == metav1.ConditionFalse && a.Type != v1alpha1.ConditionAvailable && a.Type != v1alpha1.ConditionReady {
+			continue // a condition that starts False (not Degraded, not Progressing) is no news
+		}
+		t := transition{cond: a, eventType: "Normal"}
+		bad := (a.Type == v1alpha1.ConditionDegraded && a.Status == metav1.ConditionTrue) ||
+			(a.Type == v1alpha1.ConditionAvailable && a.Status == metav1.ConditionFalse && b != nil) ||
+			(a.Type == v1alpha1.ConditionEphemeralStorage && a.Status == metav1.ConditionTrue)
+		if bad {
+			t.eventType = "Warning"
+		}
+		out = append(out, t)
+	}
+	return out
+}

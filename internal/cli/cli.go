@@ -1,0 +1,257 @@
+// Package cli implements etcd-pilot's subcommands. main only dispatches to Run.
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+// Version is set at build time with -ldflags "-X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=...".
+var Version = "dev"
+
+const usage = `etcd-pilot runs production etcd clusters on Kubernetes.
+
+Usage:
+  etcd-pilot manager [flags]              run the controllers
+  etcd-pilot render -f cluster.yaml       print the manifests the operator would apply
+  etcd-pilot values -f cluster.yaml       print the chart values computed for a cluster
+  etcd-pilot version                      print the version
+
+Run "etcd-pilot COMMAND -h" for a command's flags.
+`
+
+// Run runs the subcommand named by args[0] and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "manager":
+		err = runManager(ctx, args[1:], stderr)
+	case "render":
+		err = runRender(args[1:], stdin, stdout, stderr)
+	case "values":
+		err = runValues(args[1:], stdin, stdout, stderr)
+	case "version":
+		_, name, chartVersion := embeddedChart()
+		fmt.Fprintf(stdout, "etcd-pilot %s (chart %s %s, default etcd %s)\n", Version, name, chartVersion, v1alpha1.DefaultVersion)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "etcd-pilot %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func embeddedChart() (*charts.Renderer, string, string) {
+	r, err := charts.Embedded()
+	if err != nil {
+		return nil, "etcd-cluster", "unknown"
+	}
+	n, v := r.Chart()
+	return r, n, v
+}
+
+func runManager(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o manager.Options
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints (\"0\" disables them)")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader among the operator's replicas, so only one acts")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the operator's own)")
+	fs.StringVar(&o.WatchNamespace, "watch-namespace", "", "manage EtcdClusters in this namespace only (default: all namespaces)")
+	fs.StringVar(&o.ChartDir, "chart", "", "render this chart folder instead of the embedded chart")
+	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", 3*time.Second, "timeout of each etcd call")
+	zo := zap.Options{}
+	zo.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("failed to load kubeconfig: %w", err)
+	}
+	mgr, err := manager.New(cfg, o)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.Info("starting etcd-pilot", "version", Version, "watchNamespace", o.WatchNamespace)
+	return mgr.Start(ctx)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// inputFlags are the flags render and values share.
+type inputFlags struct {
+	file      string
+	chartDir  string
+	valueFile stringList
+	set       stringList
+}
+
+func (in *inputFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&in.file, "f", "", "EtcdCluster manifest to read (\"-\" for standard input)")
+	fs.StringVar(&in.file, "filename", "", "same as -f")
+	fs.StringVar(&in.chartDir, "chart", "", "render this chart folder instead of the embedded chart")
+	fs.Var(&in.valueFile, "values", "YAML file of chart values merged last, like spec.chart.values (repeatable)")
+	fs.Var(&in.set, "set", "chart value merged last, in Helm's --set syntax a.b=c (repeatable)")
+}
+
+// load reads the EtcdCluster and computes its values with the extra values merged last.
+func (in *inputFlags) load(stdin io.Reader) (*v1alpha1.EtcdCluster, map[string]any, error) {
+	if in.file == "" {
+		return nil, nil, errors.New("missing -f: name the EtcdCluster manifest to read (or - for standard input)")
+	}
+	c, err := ReadCluster(in.file, stdin)
+	if err != nil {
+		return nil, nil, err
+	}
+	vals, err := values.Compute(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range in.valueFile {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed to read values file: %w", err)
+		}
+		over := map[string]any{}
+		if err := sigsyaml.Unmarshal(b, &over); err != nil {
+			return nil, nil, fmt.Errorf("failed to parse values file %s: %w", f, err)
+		}
+		vals = values.Merge(vals, over)
+	}
+	for _, s := range in.set {
+		over := map[string]any{}
+		if err := charts.ParseSet(s, over); err != nil {
+			return nil, nil, err
+		}
+		vals = values.Merge(vals, over)
+	}
+	return c, vals, nil
+}
+
+// ReadCluster reads one EtcdCluster from path ("-" for r), refusing unknown fields so a typo
+// does not silently vanish. An empty namespace becomes "default", as in kubectl and Helm.
+func ReadCluster(path string, r io.Reader) (*v1alpha1.EtcdCluster, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(r)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read EtcdCluster manifest: %w", err)
+	}
+	js, err := yaml.ToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	c := &v1alpha1.EtcdCluster{}
+	if err := sigsyaml.UnmarshalStrict(js, c); err != nil {
+		return nil, fmt.Errorf("failed to parse %s as an EtcdCluster: %w", path, err)
+	}
+	if c.Kind != "EtcdCluster" || c.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil, fmt.Errorf("%s holds a %s %s; want kind EtcdCluster, apiVersion %s", path, c.APIVersion, c.Kind, v1alpha1.GroupVersion)
+	}
+	if c.Name == "" {
+		return nil, fmt.Errorf("%s: metadata.name is required", path)
+	}
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	return c, nil
+}
+
+func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var in inputFlags
+	in.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, vals, err := in.load(stdin)
+	if err != nil {
+		return err
+	}
+	var r *charts.Renderer
+	if in.chartDir != "" {
+		r, err = charts.FromDir(in.chartDir)
+	} else {
+		r, err = charts.Embedded()
+	}
+	if err != nil {
+		return err
+	}
+	objs, err := controllers.DesiredFromValues(r, c, vals)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	for _, o := range objs {
+		b, err := sigsyaml.Marshal(o.Object)
+		if err != nil {
+			return fmt.Errorf("failed to print %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	_, err = stdout.Write(buf.Bytes())
+	return err
+}
+
+func runValues(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("values", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var in inputFlags
+	in.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	_, vals, err := in.load(stdin)
+	if err != nil {
+		return err
+	}
+	b, err := sigsyaml.Marshal(vals)
+	if err != nil {
+		return fmt.Errorf("failed to print values: %w", err)
+	}
+	_, err = stdout.Write(b)
+	return err
+}

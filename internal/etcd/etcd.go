@@ -1,0 +1,228 @@
+// Package etcd is etcd-pilot's narrow view of an etcd cluster: membership, per-member status,
+// leadership. Controllers use the Client interface; Dial returns one backed by clientv3, and
+// fake.go holds a fake for error paths. The package must not import a Kubernetes client.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Member is one entry of etcd's member list.
+type Member struct {
+	ID         uint64
+	Name       string // empty for a member added but not started yet
+	PeerURLs   []string
+	ClientURLs []string
+	IsLearner  bool
+}
+
+// MemberStatus is what one member reports about itself.
+type MemberStatus struct {
+	ID        uint64
+	Version   string
+	DBSize    int64
+	Leader    uint64
+	RaftIndex uint64
+	RaftTerm  uint64
+	IsLearner bool
+	Errors    []string // alarms and health problems the member reports
+}
+
+// Cluster is etcd's member list as one member sees it.
+type Cluster struct {
+	ClusterID uint64
+	Members   []Member
+}
+
+// Client is the set of etcd calls the controllers make. Implementations must be safe for
+// concurrent use.
+type Client interface {
+	// MemberList returns the member list from any reachable endpoint.
+	MemberList(ctx context.Context) (Cluster, error)
+	// Status asks the member serving endpoint (a client URL) for its status.
+	Status(ctx context.Context, endpoint string) (MemberStatus, error)
+	// AddLearner adds a non-voting member with the given peer URLs.
+	AddLearner(ctx context.Context, peerURLs []string) (Member, error)
+	// Promote turns a caught-up learner into a voting member.
+	Promote(ctx context.Context, id uint64) error
+	// Remove removes a member. A member that is already gone is not an error.
+	Remove(ctx context.Context, id uint64) error
+	// MoveLeader hands leadership to transferee; leaderEndpoint must be the current leader's
+	// client URL (etcd only accepts the call there).
+	MoveLeader(ctx context.Context, leaderEndpoint string, transferee uint64) error
+	// Close releases the connections.
+	Close() error
+}
+
+// Dialer opens a Client for a set of client URLs. Controllers take a Dialer so tests can hand
+// them a fake.
+type Dialer func(ctx context.Context, endpoints []string) (Client, error)
+
+// DialTimeout bounds the connection attempt to each endpoint.
+const DialTimeout = 2 * time.Second
+
+// Dial is the Dialer backed by clientv3.
+func Dial(_ context.Context, endpoints []string) (Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("failed to dial etcd: no endpoints")
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          DialTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to dial etcd at %v: %w", endpoints, err)
+	}
+	return &client{c: c}, nil
+}
+
+type client struct {
+	c *clientv3.Client
+}
+
+func (c *client) MemberList(ctx context.Context) (Cluster, error) {
+	resp, err := c.c.MemberList(ctx)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("failed to list etcd members: %w", err)
+	}
+	out := Cluster{ClusterID: resp.Header.ClusterId}
+	for _, m := range resp.Members {
+		out.Members = append(out.Members, Member{
+			ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner,
+		})
+	}
+	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
+	return out, nil
+}
+
+func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, error) {
+	resp, err := c.c.Status(ctx, endpoint)
+	if err != nil {
+		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
+	}
+	return MemberStatus{
+		ID: resp.Header.MemberId, Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader,
+		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
+	}, nil
+}
+
+func (c *client) AddLearner(ctx context.Context, peerURLs []string) (Member, error) {
+	resp, err := c.c.MemberAddAsLearner(ctx, peerURLs)
+	if err != nil {
+		return Member{}, fmt.Errorf("failed to add etcd learner %v: %w", peerURLs, err)
+	}
+	m := resp.Member
+	return Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}, nil
+}
+
+func (c *client) Promote(ctx context.Context, id uint64) error {
+	if _, err := c.c.MemberPromote(ctx, id); err != nil {
+		return fmt.Errorf("failed to promote etcd member %s: %w", FormatID(id), err)
+	}
+	return nil
+}
+
+func (c *client) Remove(ctx context.Context, id uint64) error {
+	_, err := c.c.MemberRemove(ctx, id)
+	if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) && rpctypes.ErrorDesc(err) != rpctypes.ErrMemberNotFound.Error() {
+		return fmt.Errorf("failed to remove etcd member %s: %w", FormatID(id), err)
+	}
+	return nil
+}
+
+func (c *client) MoveLeader(ctx context.Context, leaderEndpoint string, transferee uint64) error {
+	lc, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderEndpoint}, DialTimeout: DialTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("failed to dial etcd leader %s: %w", leaderEndpoint, err)
+	}
+	defer lc.Close()
+	if _, err := lc.MoveLeader(ctx, transferee); err != nil {
+		return fmt.Errorf("failed to move etcd leadership to %s: %w", FormatID(transferee), err)
+	}
+	return nil
+}
+
+func (c *client) Close() error { return c.c.Close() }
+
+// FormatID prints a member or cluster ID in hexadecimal, as etcdctl does.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// ParseID parses an ID printed by FormatID.
+func ParseID(s string) (uint64, error) { return strconv.ParseUint(s, 16, 64) }
+
+// Observed is a snapshot of a cluster: the member list and each member's status.
+type Observed struct {
+	Cluster Cluster
+	// Status holds the members that answered, by ID.
+	Status map[uint64]MemberStatus
+	// StatusErr holds the members that did not answer, by ID.
+	StatusErr map[uint64]error
+}
+
+// Leader returns the leader's ID as the answering voting members report it, or 0 when none
+// (or no agreement) is known.
+func (o Observed) Leader() uint64 {
+	var leader uint64
+	for _, s := range o.Status {
+		if s.Leader == 0 {
+			continue
+		}
+		if leader != 0 && s.Leader != leader {
+			return 0
+		}
+		leader = s.Leader
+	}
+	return leader
+}
+
+// Observe reads the member list through c and then asks every member with a client URL for
+// its status, concurrently, each call bounded by perCall. It fails only when the member list
+// cannot be read.
+func Observe(ctx context.Context, c Client, perCall time.Duration) (Observed, error) {
+	lctx, cancel := context.WithTimeout(ctx, perCall)
+	cl, err := c.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return Observed{}, err
+	}
+	o := Observed{Cluster: cl, Status: map[uint64]MemberStatus{}, StatusErr: map[uint64]error{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range cl.Members {
+		if len(m.ClientURLs) == 0 {
+			mu.Lock()
+			o.StatusErr[m.ID] = errors.New("member has not started yet")
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func(m Member) {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, perCall)
+			defer cancel()
+			st, err := c.Status(sctx, m.ClientURLs[0])
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				o.StatusErr[m.ID] = err
+				return
+			}
+			o.Status[m.ID] = st
+		}(m)
+	}
+	wg.Wait()
+	return o, nil
+}

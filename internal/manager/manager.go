@@ -1,0 +1,120 @@
+// Package manager builds the controller-runtime manager that runs etcd-pilot's controllers,
+// with the cache and scheme they need. main and the envtest suites share it.
+package manager
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// Options configure the manager.
+type Options struct {
+	// MetricsAddr and ProbeAddr are listen addresses; "0" disables them.
+	MetricsAddr string
+	ProbeAddr   string
+	// LeaderElect turns on leader election, for running more than one replica.
+	LeaderElect bool
+	// LeaderElectionNamespace is where the lease lives (default: the in-cluster namespace).
+	LeaderElectionNamespace string
+	// WatchNamespace limits the operator to one namespace; empty watches all.
+	WatchNamespace string
+	// ChartDir renders a chart from disk instead of the embedded one.
+	ChartDir string
+	// DialEtcd opens etcd clients (default etcd.Dial).
+	DialEtcd etcd.Dialer
+	// EtcdTimeout bounds each etcd call (default 3s).
+	EtcdTimeout time.Duration
+}
+
+// Scheme returns a scheme with the built-in kinds and etcd-pilot's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// New builds a manager with the EtcdCluster controller registered. The cache holds only the
+// objects etcd-pilot manages (by label), so memory does not grow with the cluster's other
+// StatefulSets and Services.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	scheme := Scheme()
+	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
+	byObject := map[client.Object]cache.ByObject{
+		&appsv1.StatefulSet{}:           {Label: managed},
+		&corev1.Service{}:               {Label: managed},
+		&corev1.ServiceAccount{}:        {Label: managed},
+		&policyv1.PodDisruptionBudget{}: {Label: managed},
+	}
+	cacheOpts := cache.Options{ByObject: byObject}
+	if o.WatchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "etcd-pilot.etcdpilot.io",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// A new leader must not act before the old one has stopped.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOpts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create manager: %w", err)
+	}
+	var renderer *charts.Renderer
+	if o.ChartDir != "" {
+		renderer, err = charts.FromDir(o.ChartDir)
+	} else {
+		renderer, err = charts.Embedded()
+	}
+	if err != nil {
+		return nil, err
+	}
+	dial := o.DialEtcd
+	if dial == nil {
+		dial = etcd.Dial
+	}
+	r := &controllers.EtcdClusterReconciler{
+		Client:      mgr.GetClient(),
+		Scheme:      scheme,
+		Renderer:    renderer,
+		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
+		DialEtcd:    dial,
+		EtcdTimeout: o.EtcdTimeout,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("failed to add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("failed to add ready check: %w", err)
+	}
+	return mgr, nil
+}
