@@ -1,0 +1,261 @@
+// Package helmparity checks that the operator's in-process render of the etcd-cluster chart
+// gives the same objects as `helm template` with the Helm CLI of the release the charts package
+// links, for the values the operator computes. A platform team that runs the chart with Helm
+// gets what the operator would apply.
+package helmparity
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+// helmVersion is the Helm release that hack/build-helm.sh builds; keep it in step with the
+// helm.sh/helm/v3 requirement in go.mod.
+const helmVersion = "v3.22.0"
+
+// repoRoot returns the repository's root: this package is at test/helmparity.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("failed to find the repository root from %s: %v", root, err)
+	}
+	return root
+}
+
+// helmBinary returns the Helm CLI: $HELM, else bin/helm/<version>/helm, built with
+// hack/build-helm.sh when it is missing.
+func helmBinary(t *testing.T, root string) string {
+	t.Helper()
+	if p := os.Getenv("HELM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("HELM=%s: %v", p, err)
+		}
+		return p
+	}
+	p := filepath.Join(root, "bin", "helm", helmVersion, "helm")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	script := filepath.Join(root, "hack", "build-helm.sh")
+	if _, err := os.Stat(script); err != nil {
+		t.Fatalf("no helm at %s and no %s: run make tools, or set HELM", p, script)
+	}
+	t.Logf("building helm %s with %s (first use only; a few minutes)", helmVersion, script)
+	cmd := exec.CommandContext(t.Context(), script)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("failed to build helm with %s: %v (run make tools, or set HELM)", script, err)
+	}
+	if built := strings.TrimSpace(string(out)); built != "" {
+		p = built
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s did not produce %s: %v", script, p, err)
+	}
+	return p
+}
+
+type fixture struct {
+	name    string
+	cluster *v1alpha1.EtcdCluster
+}
+
+func loadFixtures(t *testing.T, root string) []fixture {
+	t.Helper()
+	dir := filepath.Join(root, "charts", "testdata", "fixtures")
+	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatalf("no fixtures in %s", dir)
+	}
+	var out []fixture
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &v1alpha1.EtcdCluster{}
+		if err := yaml.UnmarshalStrict(data, c); err != nil {
+			t.Fatalf("failed to decode fixture %s: %v", p, err)
+		}
+		out = append(out, fixture{name: strings.TrimSuffix(filepath.Base(p), ".yaml"), cluster: c})
+	}
+	return out
+}
+
+func TestHelmTemplateParity(t *testing.T) {
+	root := repoRoot(t)
+	helm := helmBinary(t, root)
+	chartDir := filepath.Join(root, "charts", charts.ChartDir)
+	r, err := charts.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Keep Helm away from the user's configuration and caches.
+	home := t.TempDir()
+	env := append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "kubeconfig"),
+	)
+
+	for _, f := range loadFixtures(t, root) {
+		t.Run(f.name, func(t *testing.T) {
+			vals, err := values.Compute(f.cluster)
+			if err != nil {
+				t.Fatalf("Compute: %v", err)
+			}
+			b, err := yaml.Marshal(vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(valuesFile, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			cmd := exec.CommandContext(t.Context(), helm, "template", f.cluster.Name, chartDir,
+				"-n", f.cluster.Namespace, "-f", valuesFile)
+			cmd.Env = env
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr.String())
+			}
+			fromHelm, err := decode(out)
+			if err != nil {
+				t.Fatalf("failed to decode the output of helm template: %v\n%s", err, out)
+			}
+
+			rendered, err := r.Render(charts.Release{Name: f.cluster.Name, Namespace: f.cluster.Namespace}, vals)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			fromRenderer, err := byKey(rendered)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			compare(t, fromHelm, fromRenderer)
+		})
+	}
+}
+
+// decode parses a YAML stream into objects by kind/namespace/name, dropping empty documents
+// (Helm's "# Source:" comments are not data). It reads YAML the way the charts package does
+// (YAML to JSON, then encoding/json), so both sides hold numbers as float64 and are compared
+// as they are, without normalizing.
+func decode(stream []byte) (map[string]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(stream), 4096)
+	for {
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return byKey(objs)
+}
+
+func key(o *unstructured.Unstructured) string {
+	return o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+}
+
+func byKey(objs []*unstructured.Unstructured) (map[string]*unstructured.Unstructured, error) {
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		k := key(o)
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("two objects %s", k)
+		}
+		out[k] = o
+	}
+	return out, nil
+}
+
+func compare(t *testing.T, helm, renderer map[string]*unstructured.Unstructured) {
+	t.Helper()
+	keys := map[string]bool{}
+	for k := range helm {
+		keys[k] = true
+	}
+	for k := range renderer {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		h, r := helm[k], renderer[k]
+		switch {
+		case h == nil:
+			t.Errorf("%s: rendered by the operator, not by helm template", k)
+		case r == nil:
+			t.Errorf("%s: rendered by helm template, not by the operator", k)
+		case !reflect.DeepEqual(h.Object, r.Object):
+			t.Errorf("%s differs (- helm template, + operator):\n%s", k, diff(t, h.Object, r.Object))
+		}
+	}
+}
+
+// diff is a unified diff of two objects as YAML. Where the YAML is the same but the objects
+// differ, the difference is in Go types (an int64 against a float64): it prints both with
+// their types.
+func diff(t *testing.T, a, b map[string]any) string {
+	t.Helper()
+	ay, err := yaml.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by, err := yaml.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(ay, by) {
+		return fmt.Sprintf("same YAML, different Go values:\n%#v\n%#v", a, b)
+	}
+	s, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(ay)), B: difflib.SplitLines(string(by)),
+		FromFile: "helm template", ToFile: "operator", Context: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
