@@ -3,6 +3,8 @@
 package charts
 
 import (
+	"bufio"
+	"bytes"
 	"container/list"
 	"crypto/sha256"
 	"embed"
@@ -162,7 +164,7 @@ func (r *Renderer) render(rel Release, values map[string]any) ([]*unstructured.U
 	}
 	var out []*unstructured.Unstructured
 	for _, m := range manifests {
-		objs, err := decode(m.Content)
+		objs, err := DecodeManifests(m.Content)
 		if err != nil {
 			return nil, fmt.Errorf("failed to decode %s: %w", m.Name, err)
 		}
@@ -176,24 +178,33 @@ func (r *Renderer) render(rel Release, values map[string]any) ([]*unstructured.U
 	return out, nil
 }
 
-// decode parses a YAML stream into objects, skipping empty documents.
-func decode(content string) ([]*unstructured.Unstructured, error) {
+// DecodeManifests parses a YAML stream of Kubernetes objects the way kubectl does (integers
+// become int64), skipping empty documents and comments such as Helm's "# Source:" lines.
+func DecodeManifests(content string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(content), 4096)
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(content)))
 	for {
-		var m map[string]any
-		if err := d.Decode(&m); err != nil {
-			if err == io.EOF {
-				return out, nil
-			}
+		doc, err := r.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
 			return nil, err
 		}
-		if len(m) == 0 {
+		js, err := utilyaml.ToJSON(doc)
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(js)) == 0 || bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 			continue
 		}
-		u := &unstructured.Unstructured{Object: m}
-		if u.GetKind() == "" || u.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("object without kind or apiVersion: %v", m)
+		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(js, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("failed to decode object: %w", err)
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("a list of objects is not supported in a chart template")
 		}
 		out = append(out, u)
 	}

@@ -6,9 +6,7 @@ package helmparity
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -168,25 +165,12 @@ func TestHelmTemplateParity(t *testing.T) {
 	}
 }
 
-// decode parses a YAML stream into objects by kind/namespace/name, dropping empty documents
-// (Helm's "# Source:" comments are not data). It reads YAML the way the charts package does
-// (YAML to JSON, then encoding/json), so both sides hold numbers as float64 and are compared
-// as they are, without normalizing.
+// decode parses helm's output with the same kubectl-style decoder the charts package uses,
+// dropping empty documents (Helm's "# Source:" comments are not data).
 func decode(stream []byte) (map[string]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(stream), 4096)
-	for {
-		var m map[string]any
-		if err := d.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, err
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+	objs, err := charts.DecodeManifests(string(stream))
+	if err != nil {
+		return nil, err
 	}
 	return byKey(objs)
 }
