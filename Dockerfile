@@ -1,0 +1,16 @@
+# Multi-stage build of a static etcd-pilot binary on a distroless, non-root base.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=${VERSION}" \
+      -o /out/etcd-pilot .
+
+FROM gcr.io/distroless/static:nonroot
+COPY --from=build /out/etcd-pilot /etcd-pilot
+USER 65532:65532
+ENTRYPOINT ["/etcd-pilot"]
+CMD ["manager"]
