@@ -1,0 +1,556 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
+)
+
+// These tests send EtcdClusters to a real kube-apiserver with the generated CRD installed, so
+// they exercise the OpenAPI schema, the defaults and every CEL rule exactly as a cluster would.
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		// No skip: a validation suite that silently does not run is worse than a red build.
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// requestTimeout bounds one API call; the machine may be slow, the API server is local.
+const requestTimeout = 30 * time.Second
+
+func reqCtx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(t.Context(), requestTimeout)
+	t.Cleanup(cancel)
+	return c
+}
+
+// newCluster returns an EtcdCluster with an empty spec, as a user would write it, after
+// mutate.
+func newCluster(ns, name string, mutate func(*v1alpha1.EtcdClusterSpec)) *v1alpha1.EtcdCluster {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if mutate != nil {
+		mutate(&ec.Spec)
+	}
+	return ec
+}
+
+// objectName turns a subtest index into an object name, so every case of a table gets its
+// own object in the test's namespace.
+func objectName(i int) string { return fmt.Sprintf("c%d", i) }
+
+// checkAdmission asserts that err is nil when want is empty, and otherwise that the API
+// server refused the object as invalid with a message holding every string of want: the
+// words that tell the user what to fix.
+func checkAdmission(t *testing.T, err error, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Fatalf("want the object accepted, got: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("want the object refused with a message containing %q, got it accepted", want)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %T: %v", err, err)
+	}
+	t.Logf("refused as expected: %v", err)
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("refusal message lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+// createCase is one object sent to the API server on create.
+type createCase struct {
+	name string
+	spec func(*v1alpha1.EtcdClusterSpec)
+	// wantErr: empty means accepted; otherwise the substrings the refusal must contain.
+	wantErr []string
+}
+
+// runCreateCases creates each case's object in a namespace of its own test.
+func runCreateCases(t *testing.T, cases []createCase) {
+	t.Helper()
+	ns := env.Namespace(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := env.Client.Create(reqCtx(t), newCluster(ns, objectName(i), tc.spec))
+			checkAdmission(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	ns := env.Namespace(t)
+	ec := newCluster(ns, "defaults", nil)
+	if err := env.Client.Create(reqCtx(t), ec); err != nil {
+		t.Fatalf("failed to create an EtcdCluster with an empty spec: %v", err)
+	}
+	got := &v1alpha1.EtcdCluster{}
+	if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), got); err != nil {
+		t.Fatalf("failed to get the EtcdCluster: %v", err)
+	}
+	if got.Spec.Replicas == nil || *got.Spec.Replicas != 3 {
+		t.Errorf("spec.replicas = %v, want 3", ptrString(got.Spec.Replicas))
+	}
+	if got.Spec.Version != "3.6.16" {
+		t.Errorf("spec.version = %q, want 3.6.16", got.Spec.Version)
+	}
+	if got.Spec.Version != v1alpha1.DefaultVersion {
+		t.Errorf("the CRD defaults spec.version to %q but v1alpha1.DefaultVersion is %q: keep the marker and the constant in step",
+			got.Spec.Version, v1alpha1.DefaultVersion)
+	}
+	if want := resource.MustParse("1Gi"); got.Spec.Storage.Size == nil || got.Spec.Storage.Size.Cmp(want) != 0 {
+		t.Errorf("spec.storage.size = %v, want 1Gi", ptrString(got.Spec.Storage.Size))
+	}
+	if got.Spec.Storage.Ephemeral != nil || got.Spec.Storage.StorageClassName != nil {
+		t.Errorf("spec.storage = %+v, want ephemeral and storageClassName unset", got.Spec.Storage)
+	}
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprint(*p)
+}
+
+func TestReplicas(t *testing.T) {
+	replicas := func(n int32) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) { s.Replicas = ptr.To(n) }
+	}
+	runCreateCases(t, []createCase{
+		{name: "1 accepted", spec: replicas(1)},
+		{name: "3 accepted", spec: replicas(3)},
+		{name: "9 accepted", spec: replicas(9)},
+		{name: "0 refused", spec: replicas(0), wantErr: []string{"spec.replicas", "greater than or equal to 1"}},
+		{name: "-1 refused", spec: replicas(-1), wantErr: []string{"spec.replicas", "greater than or equal to 1"}},
+		{name: "10 refused", spec: replicas(10), wantErr: []string{"spec.replicas", "less than or equal to 9"}},
+	})
+}
+
+func TestVersion(t *testing.T) {
+	version := func(v string) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) { s.Version = v }
+	}
+	format := []string{"spec.version", "MAJOR.MINOR.PATCH", "3.6.16"}
+	minor := []string{"spec.version", "3.5, 3.6 and 3.7"}
+	runCreateCases(t, []createCase{
+		{name: "3.5.35 accepted", spec: version("3.5.35")},
+		{name: "3.6.16 accepted", spec: version("3.6.16")},
+		{name: "3.7.3 accepted", spec: version("3.7.3")},
+		{name: "latest refused", spec: version("latest"), wantErr: format},
+		{name: "v prefix refused", spec: version("v3.6.16"), wantErr: append(format, "without a 'v' prefix")},
+		{name: "minor only refused", spec: version("3.6"), wantErr: format},
+		{name: "pre-release refused", spec: version("3.6.16-rc.0"), wantErr: format},
+		{name: "3.4 refused", spec: version("3.4.0"), wantErr: minor},
+		{name: "3.8 refused", spec: version("3.8.0"), wantErr: minor},
+		{name: "major 4 refused", spec: version("4.0.0"), wantErr: minor},
+		{name: "too long refused", spec: version("3.6." + strings.Repeat("1", 40)), wantErr: []string{"spec.version", "32"}},
+	})
+}
+
+func TestImage(t *testing.T) {
+	image := func(i string) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) { s.Image = i }
+	}
+	noTag := []string{"spec.image", "without a tag or digest", "spec.version"}
+	runCreateCases(t, []createCase{
+		{name: "official repository accepted", spec: image(v1alpha1.DefaultImageRepository)},
+		{name: "bare name accepted", spec: image("etcd")},
+		{name: "registry with port accepted", spec: image("registry.example:5000/etcd")},
+		{name: "registry with port and path accepted", spec: image("localhost:5000/mirrors/etcd-development/etcd")},
+		{name: "tag refused", spec: image("registry.example/etcd:v3.6.16"), wantErr: noTag},
+		{name: "bare name with tag refused", spec: image("etcd:latest"), wantErr: noTag},
+		{name: "registry port and tag refused", spec: image("registry.example:5000/etcd:v3.6.16"), wantErr: noTag},
+		{name: "digest refused", spec: image("registry.example/etcd@sha256:" + strings.Repeat("a", 64)), wantErr: noTag},
+	})
+}
+
+func TestStorageOnCreate(t *testing.T) {
+	runCreateCases(t, []createCase{
+		{name: "storageClassName accepted", spec: func(s *v1alpha1.EtcdClusterSpec) {
+			s.Storage.StorageClassName = ptr.To("fast")
+		}},
+		{name: "ephemeral accepted", spec: func(s *v1alpha1.EtcdClusterSpec) {
+			s.Storage.Ephemeral = ptr.To(true)
+		}},
+		{name: "ephemeral false with storageClassName accepted", spec: func(s *v1alpha1.EtcdClusterSpec) {
+			s.Storage.Ephemeral = ptr.To(false)
+			s.Storage.StorageClassName = ptr.To("fast")
+		}},
+		{name: "ephemeral with storageClassName refused", spec: func(s *v1alpha1.EtcdClusterSpec) {
+			s.Storage.Ephemeral = ptr.To(true)
+			s.Storage.StorageClassName = ptr.To("fast")
+		}, wantErr: []string{"storage.storageClassName has no effect with storage.ephemeral", "remove one of them"}},
+	})
+}
+
+// TestStorageImmutable covers the transition rules of StorageSpec: what the StatefulSet's
+// volume claim templates are made of cannot change once the cluster exists.
+func TestStorageImmutable(t *testing.T) {
+	classChange := []string{"storage.storageClassName cannot be changed after creation"}
+	ephemeralChange := []string{"storage.ephemeral cannot be changed after creation"}
+	sizeChange := []string{"storage.size cannot be changed after creation", "PersistentVolumeClaims"}
+	cases := []struct {
+		name    string
+		create  func(*v1alpha1.StorageSpec)
+		update  func(*v1alpha1.EtcdClusterSpec)
+		wantErr []string
+	}{
+		{
+			name: "unchanged storage with other changes accepted",
+			create: func(s *v1alpha1.StorageSpec) {
+				s.StorageClassName = ptr.To("fast")
+				s.Size = ptr.To(resource.MustParse("2Gi"))
+			},
+			update: func(s *v1alpha1.EtcdClusterSpec) {
+				s.Replicas = ptr.To(int32(5))
+				s.Etcd.ExtraArgs = map[string]string{"log-level": "warn"}
+			},
+		},
+		{
+			name:   "unchanged ephemeral accepted",
+			create: func(s *v1alpha1.StorageSpec) { s.Ephemeral = ptr.To(true) },
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Paused = true },
+		},
+		{
+			name:   "same size spelled differently accepted",
+			create: func(s *v1alpha1.StorageSpec) { s.Size = ptr.To(resource.MustParse("1Gi")) },
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = ptr.To(resource.MustParse("1024Mi")) },
+		},
+		{
+			name:    "storageClassName changed refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.StorageClassName = ptr.To("fast") },
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.StorageClassName = ptr.To("slow") },
+			wantErr: classChange,
+		},
+		{
+			name:    "storageClassName added refused",
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.StorageClassName = ptr.To("fast") },
+			wantErr: classChange,
+		},
+		{
+			name:    "storageClassName removed refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.StorageClassName = ptr.To("fast") },
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.StorageClassName = nil },
+			wantErr: classChange,
+		},
+		{
+			name:    "ephemeral turned on refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.Ephemeral = ptr.To(false) },
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Ephemeral = ptr.To(true) },
+			wantErr: ephemeralChange,
+		},
+		{
+			name:    "ephemeral added refused",
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Ephemeral = ptr.To(true) },
+			wantErr: ephemeralChange,
+		},
+		{
+			name:    "ephemeral removed refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.Ephemeral = ptr.To(true) },
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Ephemeral = nil },
+			wantErr: ephemeralChange,
+		},
+		{
+			name:    "size grown refused",
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = ptr.To(resource.MustParse("2Gi")) },
+			wantErr: sizeChange,
+		},
+		{
+			name:    "size shrunk refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.Size = ptr.To(resource.MustParse("10Gi")) },
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = ptr.To(resource.MustParse("5Gi")) },
+			wantErr: sizeChange,
+		},
+		{
+			// Removing the size brings the 1Gi default back, which is a change.
+			name:    "size removed refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.Size = ptr.To(resource.MustParse("2Gi")) },
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = nil },
+			wantErr: sizeChange,
+		},
+	}
+	ns := env.Namespace(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(i), func(s *v1alpha1.EtcdClusterSpec) {
+				if tc.create != nil {
+					tc.create(&s.Storage)
+				}
+			})
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatalf("failed to create the EtcdCluster: %v", err)
+			}
+			// Update what the API server stored (with its defaults), as a user editing the
+			// object would.
+			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+				t.Fatalf("failed to get the EtcdCluster: %v", err)
+			}
+			tc.update(&ec.Spec)
+			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
+		})
+	}
+}
+
+func TestRaftTimings(t *testing.T) {
+	timings := func(heartbeat, election int32) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) {
+			if heartbeat != 0 {
+				s.Etcd.HeartbeatIntervalMillis = ptr.To(heartbeat)
+			}
+			if election != 0 {
+				s.Etcd.ElectionTimeoutMillis = ptr.To(election)
+			}
+		}
+	}
+	ratio := []string{"etcd.electionTimeoutMillis must be at least 5 times etcd.heartbeatIntervalMillis"}
+	runCreateCases(t, []createCase{
+		{name: "etcd defaults accepted", spec: timings(0, 0)},
+		{name: "heartbeat 100 election 1000 accepted", spec: timings(100, 1000)},
+		{name: "heartbeat 300 election 1500 accepted", spec: timings(300, 1500)},
+		{name: "heartbeat 200 alone accepted", spec: timings(200, 0)},
+		{name: "election 500 alone accepted", spec: timings(0, 500)},
+		{name: "heartbeat 100 election 499 refused", spec: timings(100, 499), wantErr: ratio},
+		{name: "heartbeat 300 election 1000 refused", spec: timings(300, 1000), wantErr: ratio},
+		// Against etcd's default election timeout of 1000ms.
+		{name: "heartbeat 300 alone refused", spec: timings(300, 0), wantErr: append(ratio, "defaults are 1000 and 100")},
+		// Against etcd's default heartbeat of 100ms.
+		{name: "election 499 alone refused", spec: timings(0, 499), wantErr: ratio},
+		{name: "heartbeat below minimum refused", spec: timings(5, 0), wantErr: []string{"spec.etcd.heartbeatIntervalMillis", "greater than or equal to 10"}},
+		{name: "election above maximum refused", spec: timings(0, 60000), wantErr: []string{"spec.etcd.electionTimeoutMillis", "less than or equal to 50000"}},
+	})
+}
+
+func TestAutoCompaction(t *testing.T) {
+	compaction := func(mode v1alpha1.AutoCompactionMode, retention string) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) {
+			s.Etcd.AutoCompactionMode = mode
+			s.Etcd.AutoCompactionRetention = retention
+		}
+	}
+	retention := []string{"etcd.autoCompactionRetention must be a revision count", "with mode revision", "duration"}
+	runCreateCases(t, []createCase{
+		// No mode: etcd's default mode is periodic.
+		{name: "no mode duration accepted", spec: compaction("", "1h")},
+		{name: "no mode hours accepted", spec: compaction("", "72")},
+		{name: "no mode compound duration accepted", spec: compaction("", "1h30m")},
+		{name: "no mode words refused", spec: compaction("", "hourly"), wantErr: retention},
+		{name: "periodic duration accepted", spec: compaction(v1alpha1.AutoCompactionPeriodic, "30m")},
+		{name: "periodic fractional duration accepted", spec: compaction(v1alpha1.AutoCompactionPeriodic, "1.5h")},
+		{name: "periodic hours accepted", spec: compaction(v1alpha1.AutoCompactionPeriodic, "1")},
+		{name: "periodic days refused", spec: compaction(v1alpha1.AutoCompactionPeriodic, "1d"), wantErr: retention},
+		{name: "periodic negative refused", spec: compaction(v1alpha1.AutoCompactionPeriodic, "-1h"), wantErr: retention},
+		{name: "periodic fractional hours refused", spec: compaction(v1alpha1.AutoCompactionPeriodic, "1.5"), wantErr: retention},
+		{name: "revision count accepted", spec: compaction(v1alpha1.AutoCompactionRevision, "10000")},
+		{name: "revision duration refused", spec: compaction(v1alpha1.AutoCompactionRevision, "1h"), wantErr: retention},
+		{name: "revision mode without retention accepted", spec: compaction(v1alpha1.AutoCompactionRevision, "")},
+		{name: "unknown mode refused", spec: compaction("daily", "1"), wantErr: []string{"spec.etcd.autoCompactionMode", `"periodic", "revision"`}},
+	})
+}
+
+func TestExtraArgs(t *testing.T) {
+	args := func(kv ...string) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) {
+			s.Etcd.ExtraArgs = map[string]string{}
+			for i := 0; i < len(kv); i += 2 {
+				s.Etcd.ExtraArgs[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	tooMany := func(s *v1alpha1.EtcdClusterSpec) {
+		s.Etcd.ExtraArgs = map[string]string{}
+		for _, f := range v1alpha1.AllowedEtcdFlags[:33] {
+			s.Etcd.ExtraArgs[f] = "x"
+		}
+	}
+	owned := "extraArgs sets flags that etcd-pilot owns"
+	typed := "extraArgs sets flags that have typed fields"
+	unknown := "extraArgs has unknown etcd flags"
+	runCreateCases(t, []createCase{
+		{name: "allowed flag accepted", spec: args("log-level", "debug")},
+		{name: "several allowed flags accepted", spec: args("log-level", "info", "max-request-bytes", "10485760", "experimental-initial-corrupt-check", "true")},
+		{name: "empty map accepted", spec: args()},
+		{name: "owned flag refused", spec: args("initial-cluster", "a=http://a:2380"), wantErr: []string{owned, "initial-cluster", "Remove them"}},
+		{name: "unsafe flag refused", spec: args("force-new-cluster", "true"), wantErr: []string{owned, "force-new-cluster"}},
+		{name: "owned flags all named", spec: args("data-dir", "/tmp", "name", "x", "log-level", "debug"), wantErr: []string{owned, `"data-dir"`, `"name"`}},
+		{name: "typed flag refused", spec: args("quota-backend-bytes", "8589934592"), wantErr: []string{typed, "quota-backend-bytes", "spec.etcd.quotaBackendBytes"}},
+		{name: "typed timing flag refused", spec: args("election-timeout", "5000"), wantErr: []string{typed, "election-timeout", "electionTimeoutMillis"}},
+		{name: "unknown flag refused", spec: args("foo", "bar"), wantErr: []string{unknown, "foo"}},
+		{name: "dashed flag refused", spec: args("--log-level", "debug"), wantErr: []string{unknown, "--log-level", "without leading dashes"}},
+		{name: "owned and unknown both reported", spec: args("initial-cluster", "x", "foo", "bar", "log-level", "debug"), wantErr: []string{owned, "initial-cluster", unknown, "foo"}},
+		{name: "more than 32 refused", spec: tooMany, wantErr: []string{"spec.etcd.extraArgs", "at most 32"}},
+	})
+}
+
+// TestExtraArgsRulesMatchFlagLists keeps the Go flag lists of flags.go and the lists written
+// into the CEL rules of the generated CRD in step: the values function filters with the Go
+// lists, the API server with the CEL ones.
+func TestExtraArgsRulesMatchFlagLists(t *testing.T) {
+	type flagList struct {
+		name  string
+		flags []string
+	}
+	owned := flagList{"OwnedEtcdFlags", v1alpha1.OwnedEtcdFlags}
+	typed := flagList{"TypedEtcdFlags", v1alpha1.TypedEtcdFlags}
+	allowed := flagList{"AllowedEtcdFlags", v1alpha1.AllowedEtcdFlags}
+	// Each rule, known by the start of its messageExpression, and the list literals its rule
+	// and its messageExpression hold, in order.
+	want := []struct {
+		message string
+		lists   []flagList
+	}{
+		{"'extraArgs sets flags that etcd-pilot owns", []flagList{owned}},
+		{"'extraArgs sets flags that have typed fields", []flagList{typed}},
+		{"'extraArgs has unknown etcd flags", []flagList{allowed, owned, typed}},
+	}
+
+	rules := extraArgsRules(t)
+	if len(rules) != len(want) {
+		t.Fatalf("extraArgs has %d CEL rules, want %d: update this test along with the rules", len(rules), len(want))
+	}
+	for _, w := range want {
+		i := slices.IndexFunc(rules, func(r apiextensionsv1.ValidationRule) bool {
+			return strings.HasPrefix(r.MessageExpression, w.message)
+		})
+		if i < 0 {
+			t.Errorf("no extraArgs rule with a messageExpression starting %s", w.message)
+			continue
+		}
+		for _, part := range []struct{ what, expr string }{{"rule", rules[i].Rule}, {"messageExpression", rules[i].MessageExpression}} {
+			got := celStringLists(part.expr)
+			if len(got) != len(w.lists) {
+				t.Errorf("%s of %s...: %d string lists, want %d", part.what, w.message, len(got), len(w.lists))
+				continue
+			}
+			for j, l := range w.lists {
+				if missing, extra := diff(l.flags, got[j]); len(missing) > 0 || len(extra) > 0 {
+					t.Errorf("%s of %s..., list %d differs from v1alpha1.%s: missing from CEL %q, only in CEL %q",
+						part.what, w.message, j+1, l.name, missing, extra)
+				}
+			}
+		}
+	}
+
+	for _, l := range []flagList{owned, typed, allowed} {
+		if dup := duplicates(l.flags); len(dup) > 0 {
+			t.Errorf("%s lists %q more than once", l.name, dup)
+		}
+	}
+	if dup := duplicates(slices.Concat(owned.flags, typed.flags, allowed.flags)); len(dup) > 0 {
+		t.Errorf("flags in more than one of OwnedEtcdFlags, TypedEtcdFlags and AllowedEtcdFlags: %q", dup)
+	}
+}
+
+// extraArgsRules reads the CEL rules on spec.etcd.extraArgs from the generated CRD.
+func extraArgsRules(t *testing.T) apiextensionsv1.ValidationRules {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "etcdpilot.io_etcdclusters.yaml"))
+	if err != nil {
+		t.Fatalf("failed to read the CRD: %v", err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
+		t.Fatalf("failed to parse the CRD: %v", err)
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name != v1alpha1.GroupVersion.Version {
+			continue
+		}
+		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			t.Fatalf("CRD version %s has no schema", v.Name)
+		}
+		s := v.Schema.OpenAPIV3Schema
+		for _, p := range []string{"spec", "etcd", "extraArgs"} {
+			next, ok := s.Properties[p]
+			if !ok {
+				t.Fatalf("CRD schema lacks %s", p)
+			}
+			s = &next
+		}
+		return s.XValidations
+	}
+	t.Fatalf("CRD has no version %s", v1alpha1.GroupVersion.Version)
+	return nil
+}
+
+var (
+	celListRE   = regexp.MustCompile(`\[((?:'[^']*'\s*,\s*)*'[^']*')\]`)
+	celStringRE = regexp.MustCompile(`'([^']*)'`)
+)
+
+// celStringLists returns the list literals of strings in a CEL expression, in order.
+func celStringLists(expr string) [][]string {
+	var lists [][]string
+	for _, m := range celListRE.FindAllStringSubmatch(expr, -1) {
+		var l []string
+		for _, s := range celStringRE.FindAllStringSubmatch(m[1], -1) {
+			l = append(l, s[1])
+		}
+		lists = append(lists, l)
+	}
+	return lists
+}
+
+// diff returns the strings of want missing from got, and those of got not in want.
+func diff(want, got []string) (missing, extra []string) {
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			missing = append(missing, w)
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			extra = append(extra, g)
+		}
+	}
+	return missing, extra
+}
+
+func duplicates(l []string) []string {
+	seen := map[string]bool{}
+	var dup []string
+	for _, s := range l {
+		if seen[s] {
+			dup = append(dup, s)
+		}
+		seen[s] = true
+	}
+	return dup
+}
