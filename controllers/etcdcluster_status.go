@@ -214,12 +214,12 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, "waiting for a valid spec"
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
+	case !o.wasAvailable && (stsOutdated(o.sts) || o.sts.Status.ReadyReplicas < o.specReplicas):
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
+		c.Message = fmt.Sprintf("%d of %d members ready", o.sts.Status.ReadyReplicas, o.specReplicas)
 	case stsOutdated(o.sts):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonRollingOut
 		c.Message = fmt.Sprintf("%d of %d member pods run the current pod template; with the OnDelete strategy a pod takes the new template when it is deleted", o.sts.Status.UpdatedReplicas, o.sts.Status.Replicas)
-	case o.sts.Status.ReadyReplicas < o.specReplicas && !o.wasAvailable:
-		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
-		c.Message = fmt.Sprintf("%d of %d members ready", o.sts.Status.ReadyReplicas, o.specReplicas)
 	default:
 		c.Reason, c.Message = v1alpha1.ReasonReconciled, "the cluster matches the spec"
 	}

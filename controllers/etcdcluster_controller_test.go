@@ -1,0 +1,439 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+const timeout = 30 * time.Second
+
+func newCluster(t testing.TB, ns string, mutate func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
+	t.Helper()
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns}}
+	if mutate != nil {
+		mutate(c)
+	}
+	if err := env.Client.Create(context.Background(), c); err != nil {
+		t.Fatalf("failed to create EtcdCluster: %v", err)
+	}
+	return c
+}
+
+func getCluster(t testing.TB, ns string) *v1alpha1.EtcdCluster {
+	t.Helper()
+	c := &v1alpha1.EtcdCluster{}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "etcd"}, c); err != nil {
+		t.Fatalf("failed to get EtcdCluster: %v", err)
+	}
+	return c
+}
+
+func condition(c *v1alpha1.EtcdCluster, typ string) string {
+	cond := meta.FindStatusCondition(c.Status.Conditions, typ)
+	if cond == nil {
+		return "<none>"
+	}
+	return fmt.Sprintf("%s/%s", cond.Status, cond.Reason)
+}
+
+func waitCondition(t testing.TB, ns, typ, want string) *v1alpha1.EtcdCluster {
+	t.Helper()
+	var c *v1alpha1.EtcdCluster
+	eventually(t, timeout, typ+" "+want, func() error {
+		c = getCluster(t, ns)
+		if got := condition(c, typ); got != want {
+			return fmt.Errorf("%s is %s (conditions %+v)", typ, got, c.Status.Conditions)
+		}
+		return nil
+	})
+	return c
+}
+
+func getObject(ns, name string, obj client.Object) error {
+	return env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+func waitStatefulSet(t testing.TB, ns string) *appsv1.StatefulSet {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	eventually(t, timeout, "StatefulSet", func() error { return getObject(ns, "etcd", sts) })
+	return sts
+}
+
+// markReady plays the StatefulSet controller (envtest runs none): all pods exist, run the
+// current template and are ready.
+func markReady(t testing.TB, ns string) {
+	t.Helper()
+	eventually(t, timeout, "StatefulSet status update", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		n := *sts.Spec.Replicas
+		sts.Status = appsv1.StatefulSetStatus{
+			ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			CurrentReplicas: n, UpdatedReplicas: n, CurrentRevision: "etcd-1", UpdateRevision: "etcd-1",
+		}
+		return env.Client.Status().Update(context.Background(), sts)
+	})
+}
+
+// healthyEtcd registers a fake etcd for ns that reports n healthy voting members, the first
+// leading.
+func healthyEtcd(ns string, n int) *etcd.Fake {
+	f := &etcd.Fake{State: etcd.Cluster{ClusterID: 0xc1}, Statuses: map[string]etcd.MemberStatus{}}
+	for i := 0; i < n; i++ {
+		id := uint64(0xa0 + i)
+		url := fmt.Sprintf("http://etcd-%d.etcd.%s.svc:2379", i, ns)
+		f.State.Members = append(f.State.Members, etcd.Member{
+			ID: id, Name: fmt.Sprintf("etcd-%d", i), ClientURLs: []string{url},
+			PeerURLs: []string{fmt.Sprintf("http://etcd-%d.etcd.%s.svc:2380", i, ns)},
+		})
+		f.Statuses[url] = etcd.MemberStatus{ID: id, Version: "3.6.16", DBSize: 20480, Leader: 0xa0, RaftIndex: 42}
+	}
+	fakes.set(ns, f)
+	return f
+}
+
+func TestAppliesChartObjectsWithOwnerAndFinalizer(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	sts := waitStatefulSet(t, ns)
+	objects := map[string]client.Object{
+		"etcd": &corev1.Service{}, "etcd-client": &corev1.Service{},
+	}
+	for name, o := range objects {
+		eventually(t, timeout, "Service "+name, func() error { return getObject(ns, name, o) })
+	}
+	for _, o := range []client.Object{&policyv1.PodDisruptionBudget{}, &corev1.ServiceAccount{}} {
+		eventually(t, timeout, fmt.Sprintf("%T", o), func() error { return getObject(ns, "etcd", o) })
+	}
+	if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != getCluster(t, ns).UID {
+		t.Fatalf("StatefulSet is not controlled by the EtcdCluster: %+v", sts.OwnerReferences)
+	}
+	if *sts.Spec.Replicas != 3 || sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Fatalf("StatefulSet replicas %d strategy %s", *sts.Spec.Replicas, sts.Spec.UpdateStrategy.Type)
+	}
+	got := waitCondition(t, ns, v1alpha1.ConditionProgressing, "True/"+v1alpha1.ReasonCreating)
+	if !controllerutilContains(got.Finalizers, v1alpha1.FinalizerName) {
+		t.Fatalf("finalizer missing: %v", got.Finalizers)
+	}
+	if got.Status.Selector != "app.kubernetes.io/instance=etcd,app.kubernetes.io/name=etcd" {
+		t.Fatalf("selector %q", got.Status.Selector)
+	}
+	if condition(got, v1alpha1.ConditionAvailable) != "False/"+v1alpha1.ReasonQuorumNotReady {
+		t.Fatalf("Available: %s", condition(got, v1alpha1.ConditionAvailable))
+	}
+}
+
+func controllerutilContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestHealthyClusterReportsMembersAndIsReady(t *testing.T) {
+	ns := env.Namespace(t)
+	healthyEtcd(ns, 3)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	c := waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
+	if c.Status.Leader != "etcd-0" || c.Status.LeaderID != "a0" || c.Status.ClusterID != "c1" || c.Status.CurrentVersion != "3.6.16" {
+		t.Fatalf("status leader %q id %q cluster %q version %q", c.Status.Leader, c.Status.LeaderID, c.Status.ClusterID, c.Status.CurrentVersion)
+	}
+	if len(c.Status.Members) != 3 || !c.Status.Members[0].Leader || !c.Status.Members[2].Healthy || c.Status.Members[1].PeerURL == "" {
+		t.Fatalf("members %+v", c.Status.Members)
+	}
+	if c.Status.ObservedGeneration != c.Generation || c.Status.ReadyReplicas != 3 {
+		t.Fatalf("observedGeneration %d generation %d ready %d", c.Status.ObservedGeneration, c.Generation, c.Status.ReadyReplicas)
+	}
+}
+
+func TestUnhealthyMemberDegradesCluster(t *testing.T) {
+	ns := env.Namespace(t)
+	f := healthyEtcd(ns, 3)
+	f.ErrStatus = map[string]error{fmt.Sprintf("http://etcd-2.etcd.%s.svc:2379", ns): fmt.Errorf("connection refused")}
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	c := waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonMembersUnhealthy)
+	if condition(c, v1alpha1.ConditionAvailable) != "True/"+v1alpha1.ReasonQuorumAvailable {
+		t.Fatalf("two of three healthy members keep quorum; Available is %s", condition(c, v1alpha1.ConditionAvailable))
+	}
+	if condition(c, v1alpha1.ConditionReady) != "False/"+v1alpha1.ReasonDegraded {
+		t.Fatalf("Ready %s", condition(c, v1alpha1.ConditionReady))
+	}
+}
+
+func TestDeletedStatefulSetComesBack(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	old := waitStatefulSet(t, ns)
+	if err := env.Client.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "a new StatefulSet", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		if sts.UID == old.UID {
+			return fmt.Errorf("still the old StatefulSet")
+		}
+		return nil
+	})
+}
+
+func TestHandEditsAreRestored(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	pdb := &policyv1.PodDisruptionBudget{}
+	eventually(t, timeout, "PDB", func() error { return getObject(ns, "etcd", pdb) })
+
+	// A hand edit of a field the chart sets, and of one the chart does not set.
+	eventually(t, timeout, "hand edit", func() error {
+		if err := getObject(ns, "etcd", pdb); err != nil {
+			return err
+		}
+		pdb.Spec.MinAvailable.IntVal = 1
+		pdb.Annotations = map[string]string{"team": "platform"}
+		return env.Client.Update(context.Background(), pdb)
+	})
+	eventually(t, timeout, "minAvailable restored", func() error {
+		if err := getObject(ns, "etcd", pdb); err != nil {
+			return err
+		}
+		if pdb.Spec.MinAvailable.IntValue() != 2 {
+			return fmt.Errorf("minAvailable %s", pdb.Spec.MinAvailable.String())
+		}
+		return nil
+	})
+	if pdb.Annotations["team"] != "platform" {
+		t.Fatalf("the operator removed a field it does not own: annotations %v", pdb.Annotations)
+	}
+
+	svc := &corev1.Service{}
+	eventually(t, timeout, "client Service", func() error { return getObject(ns, "etcd-client", svc) })
+	if err := env.Client.Delete(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "client Service restored", func() error {
+		s := &corev1.Service{}
+		if err := getObject(ns, "etcd-client", s); err != nil {
+			return err
+		}
+		if s.UID == svc.UID {
+			return fmt.Errorf("still the old Service")
+		}
+		return nil
+	})
+}
+
+func TestSteadyStateMakesNoWrites(t *testing.T) {
+	ns := env.Namespace(t)
+	healthyEtcd(ns, 3)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
+
+	// Let any pass that is already queued finish, then count.
+	eventually(t, timeout, "a quiet controller", func() error {
+		before := writes.Load()
+		r := reconciles(t)
+		touch(t, ns, "quiet")
+		waitReconciles(t, r+1)
+		if w := writes.Load() - before; w != 0 {
+			return fmt.Errorf("%d writes", w)
+		}
+		return nil
+	})
+	before, r := writes.Load(), reconciles(t)
+	for i := 0; i < 5; i++ {
+		touch(t, ns, fmt.Sprintf("pass-%d", i))
+	}
+	// An edit by someone else to a field the operator does not own is no reason to write.
+	eventually(t, timeout, "foreign annotation", func() error {
+		svc := &corev1.Service{}
+		if err := getObject(ns, "etcd-client", svc); err != nil {
+			return err
+		}
+		svc.Annotations["example.com/owner"] = "team-a"
+		return env.Client.Update(context.Background(), svc)
+	})
+	waitReconciles(t, r+6)
+	if w := writes.Load() - before; w != 0 {
+		t.Fatalf("reconciles of an unchanged, healthy cluster made %d write calls; want 0", w)
+	}
+}
+
+// touch changes an annotation of the EtcdCluster, which triggers a pass without changing
+// the spec.
+func touch(t testing.TB, ns, value string) {
+	t.Helper()
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations["test/touch"] = value
+	if err := env.Client.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitReconciles(t testing.TB, n float64) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%v reconciles", n), func() error {
+		if got := reconciles(t); got < n {
+			return fmt.Errorf("%v reconciles", got)
+		}
+		return nil
+	})
+}
+
+func TestObjectsNoLongerRenderedArePruned(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	eventually(t, timeout, "PDB", func() error { return getObject(ns, "etcd", &policyv1.PodDisruptionBudget{}) })
+
+	// A PDB with the inventory labels that this cluster does not control is never pruned.
+	foreign := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: ns,
+		Labels: map[string]string{v1alpha1.LabelCluster: "etcd", v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue}}}
+	foreign.Spec.MaxUnavailable = ptrIntStr(1)
+	if err := env.Client.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+
+	c := getCluster(t, ns)
+	c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"podDisruptionBudget":{"enabled":false}}`)}
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "PDB pruned", func() error {
+		err := getObject(ns, "etcd", &policyv1.PodDisruptionBudget{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("PDB still there (err %v)", err)
+	})
+	if err := getObject(ns, "foreign", &policyv1.PodDisruptionBudget{}); err != nil {
+		t.Fatalf("a PDB the cluster does not control was deleted: %v", err)
+	}
+}
+
+func TestPausedClusterIsNotChanged(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	c := getCluster(t, ns)
+	c.Spec.Paused = true
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, v1alpha1.ConditionProgressing, "False/"+v1alpha1.ReasonPaused)
+
+	svc := &corev1.Service{}
+	if err := getObject(ns, "etcd-client", svc); err != nil {
+		t.Fatal(err)
+	}
+	r := reconciles(t)
+	if err := env.Client.Delete(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, ns, "paused")
+	waitReconciles(t, r+2)
+	if err := getObject(ns, "etcd-client", &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a paused cluster's Service was recreated (err %v)", err)
+	}
+
+	c = getCluster(t, ns)
+	c.Spec.Paused = false
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "Service back after unpause", func() error { return getObject(ns, "etcd-client", &corev1.Service{}) })
+}
+
+func TestChartValuesTheChartRefusesAreReported(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	sts := waitStatefulSet(t, ns)
+	c := getCluster(t, ns)
+	c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"replicas":0,"podDisruptionBudget":{"enabled":false}}`)}
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	c = waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonInvalidSpec)
+	msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded).Message
+	if !contains(msg, "spec.chart.values") || !contains(msg, "replicas") {
+		t.Fatalf("the condition does not say what to fix: %q", msg)
+	}
+	if c.Status.ObservedGeneration == c.Generation {
+		t.Fatalf("observedGeneration advanced on a failed pass")
+	}
+	// Nothing was applied or pruned from the invalid spec.
+	if err := getObject(ns, "etcd", &policyv1.PodDisruptionBudget{}); err != nil {
+		t.Fatalf("PDB pruned from an invalid spec: %v", err)
+	}
+	now := &appsv1.StatefulSet{}
+	if err := getObject(ns, "etcd", now); err != nil || *now.Spec.Replicas != *sts.Spec.Replicas {
+		t.Fatalf("StatefulSet changed from an invalid spec: %v %d", err, *now.Spec.Replicas)
+	}
+}
+
+func TestDeletionRemovesObjectsAndFinalizer(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	if err := env.Client.Delete(context.Background(), getCluster(t, ns)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "EtcdCluster gone", func() error {
+		err := getObject(ns, "etcd", &v1alpha1.EtcdCluster{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (err %v)", err)
+	})
+	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}, &corev1.ServiceAccount{}} {
+		if err := getObject(ns, "etcd", o); !apierrors.IsNotFound(err) {
+			t.Fatalf("%T left behind (err %v)", o, err)
+		}
+	}
+}
+
+func TestEphemeralStorageIsWarnedAbout(t *testing.T) {
+	ns := env.Namespace(t)
+	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.Storage.Ephemeral = ptr.To(true) })
+	c := waitCondition(t, ns, v1alpha1.ConditionEphemeralStorage, "True/"+v1alpha1.ReasonEmptyDir)
+	if !contains(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionEphemeralStorage).Message, "lose") {
+		t.Fatalf("the warning does not say data is lost")
+	}
+	sts := waitStatefulSet(t, ns)
+	if len(sts.Spec.VolumeClaimTemplates) != 0 || sts.Spec.Template.Spec.Volumes[0].EmptyDir == nil {
+		t.Fatalf("ephemeral cluster has volume claims")
+	}
+}

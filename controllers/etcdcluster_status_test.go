@@ -1,0 +1,207 @@
+package controllers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+func sts(replicas, ready, updated int32) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Generation: 1},
+		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: replicas, ReadyReplicas: ready,
+			UpdatedReplicas: updated, CurrentRevision: "a", UpdateRevision: "a"},
+	}
+}
+
+// cluster builds an observation of n voting members; unhealthy lists members that do not
+// answer, alarms members that report errors.
+func cluster(n int, leader uint64, unhealthy []uint64, alarms []uint64) *etcd.Observed {
+	o := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
+	for i := 1; i <= n; i++ {
+		id := uint64(i)
+		o.Cluster.Members = append(o.Cluster.Members, etcd.Member{ID: id, Name: "m" + string(rune('0'+i)), ClientURLs: []string{"u"}})
+		switch {
+		case contains(unhealthy, id):
+			o.StatusErr[id] = errors.New("connection refused")
+		case contains(alarms, id):
+			o.Status[id] = etcd.MemberStatus{ID: id, Leader: leader, Errors: []string{"NOSPACE"}, Version: "3.6.16"}
+		default:
+			o.Status[id] = etcd.MemberStatus{ID: id, Leader: leader, Version: "3.6.16"}
+		}
+	}
+	return o
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func TestConditions(t *testing.T) {
+	invalid := errors.New("spec.etcd.extraArgs sets unknown etcd flags: foo; remove them")
+	tests := []struct {
+		name                                    string
+		o                                       observation
+		available, progressing, degraded, ready string
+	}{
+		{
+			name:      "just created, nothing applied yet",
+			o:         observation{specReplicas: 3},
+			available: "False/QuorumNotReady", progressing: "True/Creating", degraded: "False/AsExpected", ready: "False/NotAvailable",
+		},
+		{
+			name:      "pods starting for the first time",
+			o:         observation{specReplicas: 3, sts: sts(3, 1, 3)},
+			available: "False/QuorumNotReady", progressing: "True/Creating", degraded: "False/AsExpected", ready: "False/NotAvailable",
+		},
+		{
+			name:      "healthy, etcd answers",
+			o:         observation{specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
+		},
+		{
+			name:      "healthy pods, etcd unreachable from the operator",
+			o:         observation{specReplicas: 3, sts: sts(3, 3, 3), etcdErr: errors.New("dial timeout")},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
+		},
+		{
+			name:      "one of three members down keeps quorum but degrades",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3), etcd: cluster(3, 1, []uint64{3}, nil)},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
+		},
+		{
+			name:      "an alarm degrades",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, []uint64{2})},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
+		},
+		{
+			name:      "two of three down loses quorum",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcd: cluster(3, 0, []uint64{2, 3}, nil)},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/NotAvailable",
+		},
+		{
+			name:      "no leader is not available",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 0, nil, nil)},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
+		},
+		{
+			name:      "a formed cluster with a pod not ready and etcd unreachable is degraded",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3)},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
+		},
+		{
+			name:      "pods on an older template",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: func() *appsv1.StatefulSet { s := sts(3, 3, 1); s.Status.UpdateRevision = "b"; return s }(), etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
+		},
+		{
+			name:      "StatefulSet controller behind the spec",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: func() *appsv1.StatefulSet { s := sts(3, 3, 3); s.Generation = 2; return s }(), etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
+		},
+		{
+			name:      "invalid spec on a healthy cluster",
+			o:         observation{specReplicas: 3, wasAvailable: true, specErr: invalid, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "False/InvalidSpec", degraded: "True/InvalidSpec", ready: "False/Degraded",
+		},
+		{
+			name:      "apply refused",
+			o:         observation{specReplicas: 3, applyErr: errors.New("failed to apply StatefulSet"), sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/ApplyFailed", ready: "False/Degraded",
+		},
+		{
+			name:      "paused and healthy",
+			o:         observation{specReplicas: 3, paused: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "False/Paused", degraded: "False/AsExpected", ready: "True/Paused",
+		},
+		{
+			name: "learners do not count for quorum",
+			o: observation{specReplicas: 1, sts: sts(1, 1, 1), etcd: func() *etcd.Observed {
+				o := cluster(2, 1, []uint64{2}, nil)
+				o.Cluster.Members[1].IsLearner = true
+				return o
+			}()},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conds := conditions(tt.o)
+			for typ, want := range map[string]string{
+				v1alpha1.ConditionAvailable: tt.available, v1alpha1.ConditionProgressing: tt.progressing,
+				v1alpha1.ConditionDegraded: tt.degraded, v1alpha1.ConditionReady: tt.ready,
+			} {
+				c := meta.FindStatusCondition(conds, typ)
+				if got := string(c.Status) + "/" + c.Reason; got != want {
+					t.Errorf("%s = %s (%s), want %s", typ, got, c.Message, want)
+				}
+			}
+		})
+	}
+}
+
+func TestDegradedMessageNamesWhatToFix(t *testing.T) {
+	o := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3), etcd: cluster(3, 1, []uint64{3}, []uint64{2})}
+	c := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionDegraded)
+	for _, want := range []string{"m2: NOSPACE", "m3: connection refused"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("Degraded message %q does not name %q", c.Message, want)
+		}
+	}
+}
+
+func TestUnchangedObservationKeepsStatus(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 1}}
+	o := observation{generation: 1, specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)}
+	topo := topologyOf(c, nil)
+	setStatus(c, o, topo)
+	first := c.Status.DeepCopy()
+	setStatus(c, o, topo)
+	if !equality.Semantic.DeepEqual(*first, c.Status) {
+		t.Fatalf("the same observation changed the status:\n%+v\n%+v", *first, c.Status)
+	}
+	if c.Status.Leader != "m1" || c.Status.ClusterID != "7" || len(c.Status.Members) != 3 || c.Status.CurrentVersion != "3.6.16" {
+		t.Fatalf("status %+v", c.Status)
+	}
+}
+
+func TestConditionTransitionsAreEventsOnlyOnChange(t *testing.T) {
+	before := conditions(observation{specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)})
+	if got := conditionTransitions(before, before); len(got) != 0 {
+		t.Fatalf("unchanged conditions gave events: %+v", got)
+	}
+	after := conditions(observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcd: cluster(3, 0, []uint64{2, 3}, nil)})
+	kinds := map[string]string{}
+	for _, tr := range conditionTransitions(before, after) {
+		kinds[tr.cond.Type] = tr.eventType
+	}
+	if kinds[v1alpha1.ConditionAvailable] != "Warning" || kinds[v1alpha1.ConditionDegraded] != "Warning" {
+		t.Fatalf("losing quorum must give warnings: %v", kinds)
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{{"3.5.35", "3.6.0", true}, {"3.6.10", "3.6.9", false}, {"3.6.9", "3.6.10", true}, {"3.7.0", "3.7.0", false}} {
+		if got := versionLess(tt.a, tt.b); got != tt.want {
+			t.Errorf("versionLess(%s, %s) = %v", tt.a, tt.b, got)
+		}
+	}
+}

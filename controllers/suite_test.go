@@ -1,0 +1,154 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
+)
+
+var (
+	env *testenv.Env
+	mgr ctrl.Manager
+	// writes counts the manager's write requests to the API server.
+	writes atomic.Int64
+	// fakes hands each test namespace its own fake etcd.
+	fakes = &fakeEtcds{byNamespace: map[string]*etcd.Fake{}}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	// Errors of the controller show up in the test output; set ETCD_PILOT_TEST_LOG=debug for all.
+	lvl := zapcore.ErrorLevel
+	if os.Getenv("ETCD_PILOT_TEST_LOG") == "debug" {
+		lvl = zapcore.DebugLevel
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(lvl)))
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Stop()
+
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countWrites{rt} }
+	mgr, err = manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", DialEtcd: fakes.dial, EtcdTimeout: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+	}
+	return code
+}
+
+// countWrites counts every request that is not a read.
+type countWrites struct{ rt http.RoundTripper }
+
+func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		writes.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+type fakeEtcds struct {
+	mu          sync.Mutex
+	byNamespace map[string]*etcd.Fake
+}
+
+func (f *fakeEtcds) set(ns string, fake *etcd.Fake) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.byNamespace[ns] = fake
+}
+
+// dial finds the namespace in the first endpoint (http://<pod>.<svc>.<ns>.svc:port).
+func (f *fakeEtcds) dial(_ context.Context, endpoints []string) (etcd.Client, error) {
+	host := strings.TrimPrefix(endpoints[0], "http://")
+	parts := strings.Split(host, ".")
+	if len(parts) < 3 {
+		return nil, fmt.Errorf("unexpected endpoint %s", endpoints[0])
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fake, ok := f.byNamespace[parts[2]]
+	if !ok {
+		return nil, fmt.Errorf("failed to dial etcd at %v: no etcd in this test", endpoints)
+	}
+	return fake, nil
+}
+
+// reconciles returns how many passes the EtcdCluster controller has finished.
+func reconciles(t testing.TB) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("failed to gather metrics: %v", err)
+	}
+	var total float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelValue(m, "controller") == controllers.ControllerName {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// eventually polls cond until it returns nil or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
