@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/etcd-pilot/etcd-pilot/charts"
+)
+
+func run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+const sample = "../../config/samples/etcdcluster.yaml"
+
+func TestRenderSamplePrintsTheTopology(t *testing.T) {
+	out, errOut, code := run(t, "", "render", "-f", sample)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	objs, err := charts.DecodeManifests(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
+		if len(o.GetOwnerReferences()) != 0 {
+			t.Errorf("%s has owner references, but the sample has no uid", o.GetName())
+		}
+	}
+	want := "PodDisruptionBudget/demo ServiceAccount/demo Service/demo-client Service/demo StatefulSet/demo"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Fatalf("render printed %s, want %s", got, want)
+	}
+}
+
+func TestRenderWithUIDAddsOwnerReferencesAndSetOverrides(t *testing.T) {
+	b, err := os.ReadFile(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := strings.Replace(string(b), "  namespace: default\n", "  namespace: default\n  uid: 0b4b7c1e-1111-2222-3333-444455556666\n", 1)
+	out, errOut, code := run(t, in, "render", "-f", "-", "--set", "podDisruptionBudget.enabled=false")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	objs, _ := charts.DecodeManifests(out)
+	for _, o := range objs {
+		if o.GetKind() == "PodDisruptionBudget" {
+			t.Fatalf("--set podDisruptionBudget.enabled=false was ignored")
+		}
+		refs := o.GetOwnerReferences()
+		if len(refs) != 1 || string(refs[0].UID) != "0b4b7c1e-1111-2222-3333-444455556666" || refs[0].Controller == nil || !*refs[0].Controller {
+			t.Fatalf("%s owner references %+v", o.GetName(), refs)
+		}
+	}
+	if !strings.Contains(out, "--initial-cluster-token=demo-0b4b7c1e-1111-2222-3333-444455556666") {
+		t.Fatalf("the cluster token does not derive from the uid")
+	}
+}
+
+func TestValuesFileIsMergedLast(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "v.yaml")
+	if err := os.WriteFile(f, []byte("replicas: 5\netcd:\n  extraArgs:\n    log-level: debug\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, "", "values", "-f", sample, "--values", f)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"replicas: 5", "log-level: debug", "version: 3.6.16"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("values output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBadInputSaysWhatToFix(t *testing.T) {
+	tests := []struct {
+		name, stdin string
+		args        []string
+		want        string
+	}{
+		{"no file", "", []string{"render"}, "missing -f"},
+		{"unknown field", "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {name: x}\nspec: {replica: 3}\n", []string{"render", "-f", "-"}, "unknown field"},
+		{"wrong kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", []string{"values", "-f", "-"}, "want kind EtcdCluster"},
+		{"no name", "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {}\n", []string{"values", "-f", "-"}, "metadata.name is required"},
+		{"owned flag", "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {name: x}\nspec: {etcd: {extraArgs: {initial-cluster: y}}}\n", []string{"render", "-f", "-"}, "initial-cluster"},
+		{"chart refuses", "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {name: x}\n", []string{"render", "-f", "-", "--set", "replicas=0"}, "spec.chart.values"},
+		{"unknown command", "", []string{"frobnicate"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errOut, code := run(t, tt.stdin, tt.args...)
+			if code == 0 {
+				t.Fatalf("exit 0, want a failure")
+			}
+			if !strings.Contains(errOut, tt.want) {
+				t.Fatalf("error %q does not say %q", errOut, tt.want)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := run(t, "", "version")
+	if code != 0 || !strings.Contains(out, "etcd-cluster 0.1.0") || !strings.Contains(out, "3.6.16") {
+		t.Fatalf("version printed %q (exit %d)", out, code)
+	}
+}
