@@ -60,6 +60,21 @@ func Open(path string) (*File, error) {
 	return f, nil
 }
 
+// Create writes a new hosts file at path holding the lines of base that no File owns (the
+// machine's localhost and own names, typically base is /etc/hosts), replacing whatever the file
+// held, and returns it. Use it when a name view starts, so entries of an earlier run are gone.
+func Create(path string, base []byte) (*File, error) {
+	f := &File{path: path, entries: map[string]entry{}}
+	f.parse(base)
+	clear(f.entries)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.write(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
 // parse splits data into base lines and owned entries.
 func (f *File) parse(data []byte) {
 	s := bufio.NewScanner(bytes.NewReader(data))

@@ -191,3 +191,21 @@ func TestConcurrentSet(t *testing.T) {
 		t.Errorf("entries are not sorted by owner:\n%s", data)
 	}
 }
+
+func TestCreateDropsOwnedEntries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(path, []byte(strings.Repeat("stale content\n", 100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := "127.0.0.1 localhost\n127.20.0.2\told.ns.svc # owner=svc/ns/old\n10.0.0.5 machine\n"
+	f, err := Create(path, []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := f.Lookup("svc/ns/old"); ok {
+		t.Error("Create kept an owned entry of the base")
+	}
+	if got, want := string(mustRead(t, path)), "127.0.0.1 localhost\n10.0.0.5 machine\n"; got != want {
+		t.Errorf("file = %q, want %q", got, want)
+	}
+}

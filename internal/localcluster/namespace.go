@@ -1,0 +1,93 @@
+package localcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/hosts"
+)
+
+// InNamespaceEnv is set (to "1") in the environment of the up process re-executed inside its
+// private mount namespace, so it knows not to re-execute again.
+const InNamespaceEnv = "ETCD_PILOT_LOCAL_IN_NAMESPACE"
+
+// NamespacedCommand returns a command that runs exe with args in a new private mount
+// namespace and a process group of its own, with InNamespaceEnv set and this process's
+// standard streams. In its own process group it gets no terminal signals: the caller
+// forwards one, so the up process can stop its children in order rather than all of them
+// dying to the same Ctrl-C at once.
+func NamespacedCommand(exe string, args []string) *exec.Cmd {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), InNamespaceEnv+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	// os/exec makes the new namespace's mount tree private right after unsharing it, so
+	// nothing mounted in it propagates back to the machine.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
+	return cmd
+}
+
+// SetUpNameView must run in the up process's private mount namespace: it creates the hosts
+// file at hostsPath from the machine's /etc/hosts (its localhost and own names) and
+// bind-mounts it over /etc/hosts, so every process started from here on resolves the names
+// published to the returned File.
+func SetUpNameView(hostsPath string) (*hosts.File, error) {
+	if os.Getenv(InNamespaceEnv) != "1" {
+		return nil, errors.New("refusing to bind-mount over /etc/hosts outside the local cluster's mount namespace")
+	}
+	// Already done by os/exec; repeated so this never leaks a mount onto the machine.
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("failed to make the mount tree private: %w", err)
+	}
+	base, err := os.ReadFile("/etc/hosts")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("failed to read /etc/hosts: %w", err)
+	}
+	f, err := hosts.Create(hostsPath, base)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Mount(hostsPath, "/etc/hosts", "", syscall.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("failed to bind-mount %s over /etc/hosts: %w", hostsPath, err)
+	}
+	// The children need not know; a `local up` started by one of them must re-execute.
+	os.Unsetenv(InNamespaceEnv)
+	return f, nil
+}
+
+// ExecCommand returns a command running argv inside the mount namespace of the cluster
+// described by st (through nsenter), in the current working directory, with KUBECONFIG set
+// and kubectl and etcdctl first on PATH. Its exit status is argv's.
+func ExecCommand(st *State, argv []string) (*exec.Cmd, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no command to run")
+	}
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return nil, fmt.Errorf("failed to find nsenter (util-linux), which runs commands in the local cluster's name view: %w", err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("failed to get the working directory: %w", err)
+	}
+	// Entering a mount namespace moves the working directory to its root; --wd moves back.
+	args := append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", st.Pid), "--wd=" + wd, "--"}, argv...)
+	cmd := exec.Command(nsenter, args...)
+	env := []string{"KUBECONFIG=" + st.Kubeconfig}
+	path := st.KubeBinDir + string(os.PathListSeparator) + st.EtcdBinDir
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "KUBECONFIG="):
+		case strings.HasPrefix(kv, "PATH="):
+			path += string(os.PathListSeparator) + strings.TrimPrefix(kv, "PATH=")
+		default:
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "PATH="+path)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	return cmd, nil
+}
