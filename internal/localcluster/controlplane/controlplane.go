@@ -192,11 +192,12 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	if err := waitHTTP(ctx, api, apiURL+"/readyz", http.Header{"Authorization": {"Bearer " + token}}); err != nil {
 		return cp, err
 	}
-	// apiserver.crt holds the serving certificate and the CA that signed it.
-	caFile := filepath.Join(certDir, "apiserver.crt")
-	ca, err := os.ReadFile(caFile)
+	// apiserver.crt holds the serving certificate and the CA that signed it; clients and the
+	// controller-manager's root CA (published to every namespace) need the CA alone.
+	caFile := filepath.Join(own, "ca.crt")
+	ca, err := extractCA(filepath.Join(certDir, "apiserver.crt"), caFile)
 	if err != nil {
-		return cp, fmt.Errorf("failed to read the API server's certificate: %w", err)
+		return cp, err
 	}
 	cp.RESTConfig = &rest.Config{
 		Host:            apiURL,
@@ -226,6 +227,10 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 		"--node-monitor-grace-period=" + cfg.NodeMonitorGracePeriod.String(),
 		"--node-monitor-period=2s",
 		"--profiling=false",
+		// Each controller has its own service account (and token request): the default
+		// client rate limit (20/s) makes start-up wait on the throttle.
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
 	}, logs)
 	if err != nil {
 		return cp, err
@@ -374,6 +379,37 @@ func writeKeyPair(keyPath, pubPath string) error {
 		return fmt.Errorf("failed to write the service-account public key: %w", err)
 	}
 	return nil
+}
+
+// extractCA writes the CA certificates of the PEM bundle at bundlePath to caPath and returns
+// them.
+func extractCA(bundlePath, caPath string) ([]byte, error) {
+	data, err := os.ReadFile(bundlePath)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the API server's certificate: %w", err)
+	}
+	var ca []byte
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("failed to parse the API server's certificate: %w", err)
+		}
+		if cert.IsCA {
+			ca = append(ca, pem.EncodeToMemory(block)...)
+		}
+	}
+	if len(ca) == 0 {
+		return nil, fmt.Errorf("no CA certificate in %s", bundlePath)
+	}
+	if err := os.WriteFile(caPath, ca, 0o644); err != nil {
+		return nil, fmt.Errorf("failed to write the CA certificate: %w", err)
+	}
+	return ca, nil
 }
 
 func writeKubeconfig(path, server string, ca []byte, token string) error {
