@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// binDirs returns the folders of the binaries built by hack/build-kube.sh and
-// hack/build-etcd.sh, failing the test with the command to run when they are missing.
+// binDirs returns the folders of the Kubernetes and etcd binaries, building what is missing
+// with the repository's hack scripts (cached; the first build takes minutes).
 func binDirs(t *testing.T) (kube, etcd string) {
 	t.Helper()
 	wd, err := os.Getwd()
@@ -39,13 +39,17 @@ func binDirs(t *testing.T) (kube, etcd string) {
 		}
 		root = parent
 	}
-	kube = filepath.Join(root, "bin", "k8s", "v1.37.1")
-	etcd = filepath.Join(root, "bin", "etcd", "v3.6.16")
-	for _, b := range []string{filepath.Join(kube, "kube-apiserver"), filepath.Join(kube, "kube-controller-manager"), filepath.Join(kube, "kube-scheduler"), filepath.Join(etcd, "etcd")} {
-		if _, err := os.Stat(b); err != nil {
-			t.Fatalf("missing %s: run hack/build-kube.sh and hack/build-etcd.sh 3.6.16 (make tools does both)", b)
+	build := func(script string, args ...string) string {
+		cmd := exec.Command(filepath.Join(root, script), args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %v: %v", script, args, err)
 		}
+		return strings.TrimSpace(string(out))
 	}
+	kube = build("hack/build-kube.sh", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+	etcd = build("hack/build-etcd.sh", "3.6.16")
 	return kube, etcd
 }
 
