@@ -15,18 +15,25 @@ import (
 // private mount namespace, so it knows not to re-execute again.
 const InNamespaceEnv = "ETCD_PILOT_LOCAL_IN_NAMESPACE"
 
+// ParentDeathSignal is the signal NamespacedCommand's process gets when its parent dies. It
+// is not SIGTERM because the kernel sends it once per exiting thread of the parent, and a
+// second SIGTERM makes the process exit at once (see ctrl.SetupSignalHandler) instead of
+// stopping its children.
+const ParentDeathSignal = syscall.SIGHUP
+
 // NamespacedCommand returns a command that runs exe with args in a new private mount
 // namespace and a process group of its own, with InNamespaceEnv set and this process's
 // standard streams. In its own process group it gets no terminal signals: the caller
 // forwards one, so the up process can stop its children in order rather than all of them
-// dying to the same Ctrl-C at once.
+// dying to the same Ctrl-C at once. Should the caller die without forwarding (a closed
+// terminal, SIGKILL), the command gets ParentDeathSignal and must stop everything all the same.
 func NamespacedCommand(exe string, args []string) *exec.Cmd {
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), InNamespaceEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	// os/exec makes the new namespace's mount tree private right after unsharing it, so
 	// nothing mounted in it propagates back to the machine.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true, Pdeathsig: ParentDeathSignal}
 	return cmd
 }
 
