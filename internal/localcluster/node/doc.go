@@ -1,0 +1,25 @@
+// Package node is the process node of the local cluster: a small kubelet for a machine with no
+// container runtime. It registers a Node, renews its Lease, and runs the containers of the pods
+// bound to it as local processes, each in a private mount namespace where the image's folder
+// and the pod's volumes are bind-mounted where the pod spec expects them (see ShimMain). It
+// needs the rights to create mount namespaces (root).
+//
+// What it does, as the kubelet does it: pod IPs (127.x.y.z, one per pod, see IPAllocator) and
+// DNS names published through a NameView before any process starts; command, args and env
+// with $(VAR) expansion and the downward API; emptyDir, PersistentVolumeClaim (see
+// RunProvisioner), hostPath, Secret, ConfigMap, downward API and projected volumes; startup,
+// liveness and readiness probes (HTTP, TCP, exec); init containers; restart policies with
+// exponential back-off; container statuses and pod conditions written through the status
+// subresource; graceful deletion (SIGTERM to the command, then SIGKILL to all its processes
+// after the grace period).
+//
+// The image folder replaces the directory of the container's command in the process's view
+// (/usr/local/bin for a command given without a directory), so it must hold real files, or
+// links that resolve outside that directory.
+//
+// What it does not do: resource limits, security contexts (every process runs as the node's
+// user), sidecar (restartable) init containers, ephemeral containers, lifecycle hooks, gRPC
+// probes, service environment variables, in-place updates of a pod's containers, refreshing
+// Secret, ConfigMap and token volumes after the pod started, and image entrypoints (a
+// container must name its command).
+package node

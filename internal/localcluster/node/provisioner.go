@@ -1,0 +1,247 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// The local storage class and its provisioner.
+const (
+	// StorageClassName is the name of the local cluster's default StorageClass.
+	StorageClassName = "local"
+	// ProvisionerName provisions the StorageClass's volumes.
+	ProvisionerName = "etcdpilot.io/local"
+
+	annDefaultClass = "storageclass.kubernetes.io/is-default-class"
+	// annSelectedNode is set on a claim by the scheduler when a pod using it (with a
+	// WaitForFirstConsumer class) was scheduled.
+	annSelectedNode = "volume.kubernetes.io/selected-node"
+	// annProvisionedBy marks the PVs a provisioner made; it also tells kube-controller-manager's
+	// PV controller to leave their deletion to that (external) provisioner.
+	annProvisionedBy = "pv.kubernetes.io/provisioned-by"
+)
+
+// StorageClass is the StorageClass to install for RunProvisioner: the default class, bound
+// when a pod using a claim is scheduled (so the volume goes to the pod's node), its volumes
+// deleted with their claims.
+func StorageClass() *storagev1.StorageClass {
+	return &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        StorageClassName,
+			Annotations: map[string]string{annDefaultClass: "true"},
+		},
+		Provisioner:       ProvisionerName,
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+	}
+}
+
+// RunProvisioner provisions the volumes of the local StorageClass until ctx ends: for every
+// pending claim of the class that the scheduler gave a node (volume.kubernetes.io/selected-
+// node), it creates a folder under dir and a hostPath PV for it, pre-bound to the claim and
+// pinned to the node, which kube-controller-manager's PV controller then binds. When such a
+// PV is Released (its claim was deleted) it removes the folder and deletes the PV. Folders of
+// one cluster's volumes all live under dir; the caller must give every cluster its own dir.
+// It returns nil when ctx ends, or an error when its caches could not sync.
+func RunProvisioner(ctx context.Context, client kubernetes.Interface, dir string, log logr.Logger) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("failed to make volume folder %s absolute: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("failed to create volume folder %s: %w", dir, err)
+	}
+	p := &provisioner{client: client, dir: dir, log: log.WithName("provisioner")}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	pvcs := factory.Core().V1().PersistentVolumeClaims()
+	pvs := factory.Core().V1().PersistentVolumes()
+	p.pvcs, p.pvs = pvcs.Lister(), pvs.Lister()
+	p.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "local-provisioner"})
+	defer p.queue.ShutDown()
+	enqueue := func(prefix string) cache.ResourceEventHandlerFuncs {
+		add := func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				p.queue.Add(prefix + key)
+			}
+		}
+		return cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }}
+	}
+	if _, err := pvcs.Informer().AddEventHandler(enqueue("pvc/")); err != nil {
+		return fmt.Errorf("failed to watch persistentvolumeclaims: %w", err)
+	}
+	if _, err := pvs.Informer().AddEventHandler(enqueue("pv/")); err != nil {
+		return fmt.Errorf("failed to watch persistentvolumes: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("failed to sync the cache of %v", typ)
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
+	for p.next(ctx) {
+	}
+	return nil
+}
+
+type provisioner struct {
+	client kubernetes.Interface
+	dir    string
+	log    logr.Logger
+	pvcs   corelisters.PersistentVolumeClaimLister
+	pvs    corelisters.PersistentVolumeLister
+	queue  workqueue.TypedRateLimitingInterface[string]
+}
+
+// next processes one queued key; it returns false once the queue shut down.
+func (p *provisioner) next(ctx context.Context) bool {
+	key, shutdown := p.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer p.queue.Done(key)
+	var err error
+	if k, ok := strings.CutPrefix(key, "pvc/"); ok {
+		err = p.syncClaim(ctx, k)
+	} else if k, ok := strings.CutPrefix(key, "pv/"); ok {
+		err = p.syncVolume(ctx, k)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Error(err, "Failed to sync; retrying", "key", key)
+		}
+		p.queue.AddRateLimited(key)
+		return true
+	}
+	p.queue.Forget(key)
+	return true
+}
+
+// volumeName is the PV of a claim, named as external provisioners name them.
+func volumeName(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
+
+// syncClaim provisions a PV for the claim namespace/name when it needs one.
+func (p *provisioner) syncClaim(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pvc, err := p.pvcs.PersistentVolumeClaims(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	node := pvc.Annotations[annSelectedNode]
+	if ptr.Deref(pvc.Spec.StorageClassName, "") != StorageClassName || node == "" ||
+		pvc.Spec.VolumeName != "" || pvc.Status.Phase != corev1.ClaimPending || pvc.DeletionTimestamp != nil {
+		return nil
+	}
+	if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		p.log.Info("Not provisioning a block volume", "claim", key)
+		return nil
+	}
+	pvName := volumeName(pvc)
+	if _, err := p.pvs.Get(pvName); err == nil {
+		return nil
+	}
+	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if !ok {
+		size = resource.MustParse("1Gi")
+	}
+	path := filepath.Join(p.dir, pvName)
+	if err := os.MkdirAll(path, 0o777); err != nil {
+		return fmt.Errorf("failed to create the folder of volume %s: %w", pvName, err)
+	}
+	modes := pvc.Spec.AccessModes
+	if len(modes) == 0 {
+		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        pvName,
+			Annotations: map[string]string{annProvisionedBy: ProvisionerName},
+		},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes: modes,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(corev1.HostPathDirectoryOrCreate)},
+			},
+			ClaimRef: &corev1.ObjectReference{
+				Kind: "PersistentVolumeClaim", APIVersion: "v1",
+				Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID,
+			},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			StorageClassName:              StorageClassName,
+			VolumeMode:                    ptr.To(corev1.PersistentVolumeFilesystem),
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: labelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+				}}}},
+			}},
+		},
+	}
+	if _, err := p.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create persistentvolume %s: %w", pvName, err)
+	}
+	p.log.Info("Provisioned volume", "claim", key, "volume", pvName, "node", node, "path", path)
+	return nil
+}
+
+// syncVolume deletes a Released volume of this provisioner, folder first.
+func (p *provisioner) syncVolume(ctx context.Context, name string) error {
+	pv, err := p.pvs.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pv.Annotations[annProvisionedBy] != ProvisionerName || pv.Status.Phase != corev1.VolumeReleased ||
+		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || pv.DeletionTimestamp != nil {
+		return nil
+	}
+	if pv.Spec.HostPath != nil {
+		path := pv.Spec.HostPath.Path
+		// Remove only what this provisioner made: a folder right under its dir.
+		if filepath.Dir(filepath.Clean(path)) != p.dir {
+			return fmt.Errorf("persistentvolume %s has path %s outside %s: not removing it", name, path, p.dir)
+		}
+		if err := os.RemoveAll(path); err != nil {
+			return fmt.Errorf("failed to remove the folder of persistentvolume %s: %w", name, err)
+		}
+	}
+	err = p.client.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: metav1.NewUIDPreconditions(string(pv.UID)),
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to delete persistentvolume %s: %w", name, err)
+	}
+	p.log.Info("Deleted released volume", "volume", name)
+	return nil
+}
