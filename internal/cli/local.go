@@ -1,0 +1,399 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster"
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/node"
+)
+
+const localUsage = `etcd-pilot local runs a Kubernetes cluster on this machine, with pods as local processes.
+
+Usage:
+  etcd-pilot local up [--dir DIR] [--nodes N] [--operator=true] [-v]
+                                              start it; stays in the foreground until interrupted
+  etcd-pilot local exec [--dir DIR] -- CMD [ARG]...
+                                              run CMD with KUBECONFIG, kubectl and etcdctl, and
+                                              the cluster's names (pod and Service DNS names)
+  etcd-pilot local down [--dir DIR]           stop it and wait until every process is gone
+  etcd-pilot local node stop|start NAME [--dir DIR]
+                                              fail a node (its pods die, it goes NotReady), or recover it
+  etcd-pilot local kill-pod NAMESPACE/NAME [--dir DIR]
+                                              kill a pod's processes, as a crash
+  etcd-pilot local operator stop|start [--dir DIR]
+                                              stop the operator until started again
+
+DIR defaults to .local.
+`
+
+// defaultLocalDir is the local cluster's folder when --dir is not given (gitignored).
+const defaultLocalDir = ".local"
+
+// localControlTimeout bounds a control request (stopping a node waits for its pods to die).
+const localControlTimeout = 2 * time.Minute
+
+// localDownTimeout bounds `local down`'s wait for the cluster's processes to exit.
+const localDownTimeout = 2 * time.Minute
+
+// runLocal runs `etcd-pilot local ...`. It returns the exit code to use when err is nil.
+func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, localUsage)
+		return 2, nil
+	}
+	switch args[0] {
+	case "up":
+		return localUp(ctx, args[1:], stdout, stderr)
+	case "exec":
+		return localExec(args[1:], stderr)
+	case "down":
+		return 0, localDown(args[1:], stdout, stderr)
+	case "node":
+		return 0, localNode(ctx, args[1:], stderr)
+	case "kill-pod":
+		return 0, localKillPod(ctx, args[1:], stderr)
+	case "operator":
+		return 0, localOperator(ctx, args[1:], stderr)
+	case "shim":
+		// Hidden: the process nodes run each container through it (see node.ShimMain), which
+		// returns only on failure.
+		err := node.ShimMain(args[1:])
+		fmt.Fprintln(stderr, err)
+		return node.ShimFailedExitCode, nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, localUsage)
+		return 0, nil
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", "local "+args[0], localUsage)
+		return 2, nil
+	}
+}
+
+// localFlags parses args, flags and positional arguments in any order (as in
+// `local node stop NAME --dir DIR`), and returns the positional ones.
+func localFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func newLocalFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("local "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, localUsage) }
+	dir := fs.String("dir", defaultLocalDir, "the local cluster's folder")
+	return fs, dir
+}
+
+// localUp starts the local cluster. It runs twice: first on the machine, where it builds the
+// missing binaries and re-executes itself in a private mount namespace; then there (with
+// localcluster.InNamespaceEnv set), where it sets up the name view and runs the cluster.
+func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs, dirFlag := newLocalFlagSet("up", stderr)
+	nodes := fs.Int("nodes", 3, "number of process nodes")
+	operator := fs.Bool("operator", true, "run the operator (restarted when it crashes)")
+	verbose := fs.Bool("v", false, "print each start-up step")
+	if pos, err := localFlags(fs, args); err != nil {
+		return 0, err
+	} else if len(pos) > 0 {
+		return 0, fmt.Errorf("unexpected arguments %q", pos)
+	}
+	dir, err := filepath.Abs(*dirFlag)
+	if err != nil {
+		return 0, fmt.Errorf("failed to resolve --dir: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("failed to find this executable: %w", err)
+	}
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRoot(wd, filepath.Dir(exe))
+	if err != nil {
+		return 0, err
+	}
+
+	if os.Getenv(localcluster.InNamespaceEnv) == "1" {
+		opts := localcluster.Options{
+			Dir:        dir,
+			Nodes:      *nodes,
+			Operator:   *operator,
+			Binaries:   localcluster.LocateBinaries(root),
+			Executable: exe,
+		}
+		return 0, upInNamespace(ctx, opts, *dirFlag, *verbose, stdout, stderr)
+	}
+
+	if st, err := localcluster.ReadState(dir); err == nil {
+		return 0, fmt.Errorf("a local cluster is already running in %s (pid %d); stop it with: %s local down%s", *dirFlag, st.Pid, os.Args[0], dirArg(*dirFlag))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("failed to create %s: %w", dir, err)
+	}
+	if _, err := localcluster.EnsureBinaries(root, stderr); err != nil {
+		return 0, err
+	}
+	cmd := localcluster.NamespacedCommand(exe, append([]string{"local", "up"}, args...))
+	cmd.Args[0] = os.Args[0] // so the ready line names the command as the user typed it
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("failed to start the local cluster in a mount namespace of its own: %w", err)
+	}
+	// The cluster runs in a process group of its own, out of reach of the terminal's Ctrl-C;
+	// pass the signal on, once.
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		case <-done:
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	return exitCode(err)
+}
+
+// upInNamespace runs the local cluster in the mount namespace localUp created, until ctx
+// ends or a part of the cluster fails, then stops everything.
+func upInNamespace(ctx context.Context, opts localcluster.Options, dirFlag string, verbose bool, stdout, stderr io.Writer) (err error) {
+	start := time.Now()
+	// The death of the process that started this one means stop, too.
+	ctx, stop := signal.NotifyContext(ctx, localcluster.ParentDeathSignal)
+	defer stop()
+	if verbose {
+		opts.Progress = func(msg string) { fmt.Fprintf(stderr, "%5.1fs %s\n", time.Since(start).Seconds(), msg) }
+	}
+	names, err := localcluster.SetUpNameView(filepath.Join(opts.Dir, "hosts"))
+	if err != nil {
+		return err
+	}
+	opts.Names = names
+	st := &localcluster.State{
+		Pid:        os.Getpid(),
+		Dir:        opts.Dir,
+		Kubeconfig: filepath.Join(opts.Dir, "kubeconfig"),
+		KubeBinDir: opts.Binaries.Kube,
+		EtcdBinDir: opts.Binaries.Etcd,
+		Socket:     filepath.Join(opts.Dir, "control.sock"),
+		Started:    start,
+	}
+	// Written first, so `local down` can stop a cluster that is still starting.
+	if err := localcluster.WriteState(st); err != nil {
+		return err
+	}
+	defer os.Remove(localcluster.StatePath(opts.Dir))
+
+	c, err := localcluster.Up(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("interrupted while starting")
+		}
+		return err
+	}
+	stopping := time.Now()
+	defer func() {
+		c.Stop()
+		fmt.Fprintf(stderr, "local cluster stopped in %.1fs\n", time.Since(stopping).Seconds())
+	}()
+	l, err := localcluster.ListenControl(st.Socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(st.Socket)
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	go func() {
+		if err := localcluster.ServeControl(serveCtx, l, c); err != nil {
+			fmt.Fprintln(stderr, err)
+		}
+	}()
+
+	kubeconfig := filepath.Join(dirFlag, "kubeconfig")
+	fmt.Fprintf(stdout, "local cluster ready in %.1fs: export KUBECONFIG=%s, or run: %s local exec%s -- kubectl get etcdc,pods\n",
+		time.Since(start).Seconds(), kubeconfig, os.Args[0], dirArg(dirFlag))
+
+	select {
+	case <-ctx.Done():
+		stopping = time.Now()
+		return nil
+	case err := <-c.Failed():
+		stopping = time.Now()
+		return fmt.Errorf("stopping the local cluster: %w (logs in %s)", err, filepath.Join(dirFlag, "logs"))
+	}
+}
+
+// dirArg returns " --dir DIR" unless dir is the default.
+func dirArg(dir string) string {
+	if dir == defaultLocalDir {
+		return ""
+	}
+	return " --dir " + dir
+}
+
+// localExec runs a command in the cluster's name view and returns its exit code.
+func localExec(args []string, stderr io.Writer) (int, error) {
+	fs, dirFlag := newLocalFlagSet("exec", stderr)
+	if err := fs.Parse(args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() == 0 {
+		return 0, errors.New("name the command to run: local exec [--dir DIR] -- CMD [ARG]...")
+	}
+	st, err := readState(*dirFlag)
+	if err != nil {
+		return 0, err
+	}
+	cmd, err := localcluster.ExecCommand(st, fs.Args())
+	if err != nil {
+		return 0, err
+	}
+	// The command shares the terminal: a Ctrl-C reaches it directly, and this process only
+	// waits for it (the signal handler of main keeps the first signal from killing it).
+	return exitCode(cmd.Run())
+}
+
+// exitCode turns a child's exit into this process's exit code, as a shell does.
+func exitCode(err error) (int, error) {
+	if err == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	}
+	return 0, err
+}
+
+func readState(dirFlag string) (*localcluster.State, error) {
+	dir, err := filepath.Abs(dirFlag)
+	if err != nil {
+		return nil, fmt.Errorf("failed to resolve --dir: %w", err)
+	}
+	st, err := localcluster.ReadState(dir)
+	if errors.Is(err, localcluster.ErrNotRunning) {
+		return nil, fmt.Errorf("%w; start one with: %s local up%s", err, os.Args[0], dirArg(dirFlag))
+	}
+	return st, err
+}
+
+// localDown stops the cluster and waits until its up process and every process it had
+// started are gone; processes that outlive the up process are killed and reported.
+func localDown(args []string, stdout, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("down", stderr)
+	if pos, err := localFlags(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return fmt.Errorf("unexpected arguments %q", pos)
+	}
+	dir, err := filepath.Abs(*dirFlag)
+	if err != nil {
+		return fmt.Errorf("failed to resolve --dir: %w", err)
+	}
+	st, err := localcluster.ReadState(dir)
+	if errors.Is(err, localcluster.ErrNotRunning) {
+		fmt.Fprintf(stdout, "no local cluster is running in %s\n", *dirFlag)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	procs := localcluster.Descendants(st.Pid)
+	if err := syscall.Kill(st.Pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("failed to signal the local cluster (pid %d): %w", st.Pid, err)
+	}
+	deadline := time.Now().Add(localDownTimeout)
+	for localcluster.Alive(st.Pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the local cluster (pid %d) did not stop within %s; see %s", st.Pid, localDownTimeout, filepath.Join(*dirFlag, "logs", "local.log"))
+		}
+		// Children started while stopping (an operator restart) count too.
+		procs = localcluster.MergeProcs(procs, localcluster.Descendants(st.Pid))
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left := localcluster.KillLeftovers(procs, 5*time.Second); len(left) > 0 {
+		return fmt.Errorf("the local cluster stopped but left processes behind, now killed: %s", strings.Join(left, "; "))
+	}
+	fmt.Fprintf(stdout, "local cluster stopped in %.1fs\n", time.Since(start).Seconds())
+	return nil
+}
+
+func localNode(ctx context.Context, args []string, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("node", stderr)
+	pos, err := localFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || (pos[0] != "stop" && pos[0] != "start") {
+		return errors.New("usage: local node stop|start NAME [--dir DIR]")
+	}
+	action := localcluster.ActionNodeStop
+	if pos[0] == "start" {
+		action = localcluster.ActionNodeStart
+	}
+	return control(ctx, *dirFlag, action, url.Values{"name": {pos[1]}})
+}
+
+func localKillPod(ctx context.Context, args []string, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("kill-pod", stderr)
+	pos, err := localFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: local kill-pod NAMESPACE/NAME [--dir DIR]")
+	}
+	ns, name, ok := strings.Cut(pos[0], "/")
+	if !ok {
+		ns, name = "default", pos[0]
+	}
+	return control(ctx, *dirFlag, localcluster.ActionKillPod, url.Values{"namespace": {ns}, "name": {name}})
+}
+
+func localOperator(ctx context.Context, args []string, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("operator", stderr)
+	pos, err := localFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || (pos[0] != "stop" && pos[0] != "start") {
+		return errors.New("usage: local operator stop|start [--dir DIR]")
+	}
+	action := localcluster.ActionOperatorStop
+	if pos[0] == "start" {
+		action = localcluster.ActionOperatorStart
+	}
+	return control(ctx, *dirFlag, action, nil)
+}
+
+func control(ctx context.Context, dirFlag, action string, params url.Values) error {
+	st, err := readState(dirFlag)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, localControlTimeout)
+	defer cancel()
+	return localcluster.Control(ctx, st, action, params)
+}
