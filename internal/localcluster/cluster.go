@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -29,8 +30,10 @@ import (
 )
 
 const (
-	// ipPrefix is the loopback range pod IPs come from (127.20.0.1 to 127.20.255.254).
-	ipPrefix = "127.20"
+	// firstIPOctet and lastIPOctet bound the second octet of the loopback /16 a cluster's pod
+	// IPs come from: the first not locked by another local cluster on this machine.
+	firstIPOctet = 20
+	lastIPOctet  = 254
 	// nodeReadyTimeout bounds the wait for the nodes to register Ready.
 	nodeReadyTimeout = time.Minute
 	// podShutdownGrace caps the pods' grace period when the cluster stops.
@@ -71,6 +74,7 @@ type Cluster struct {
 	client   kubernetes.Interface
 
 	nodeNames []string
+	ipLock    *os.File // holds the cluster's pod IP range, see lockIPPrefix
 	nodes     map[string]*node.Node
 	nodesStop context.CancelFunc
 	nodesWG   sync.WaitGroup
@@ -187,9 +191,15 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 // startNodes starts the process nodes and waits until each reports Ready.
 func (c *Cluster) startNodes(ctx context.Context) error {
+	prefix, lock, err := lockIPPrefix()
+	if err != nil {
+		return err
+	}
+	c.ipLock = lock
+	c.log.Info("pod IPs", "prefix", prefix)
 	nodesCtx, nodesStop := context.WithCancel(context.Background())
 	c.nodesStop = nodesStop
-	ips := node.NewIPAllocator(ipPrefix)
+	ips := node.NewIPAllocator(prefix)
 	images := EtcdImages(c.opts.Binaries.EtcdRoot)
 	for i := range c.opts.Nodes {
 		name := fmt.Sprintf("local-node-%d", i+1)
@@ -222,7 +232,7 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 			}
 		})
 	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, nodeReadyTimeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, nodeReadyTimeout, true, func(ctx context.Context) (bool, error) {
 		list, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
@@ -241,6 +251,27 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 		return fmt.Errorf("failed waiting for the nodes to be Ready (see %s): %w", filepath.Join(c.opts.Dir, "logs"), err)
 	}
 	return nil
+}
+
+// lockIPPrefix picks the pod IP range of this cluster, 127.N/16, so that local clusters
+// running at the same time (a developer's and the e2e suite's) never hand out the same
+// address: it takes an exclusive lock on a file per range in the temporary folder, held by the
+// returned file until it is closed or this process exits.
+func lockIPPrefix() (string, *os.File, error) {
+	for n := firstIPOctet; n <= lastIPOctet; n++ {
+		prefix := fmt.Sprintf("127.%d", n)
+		path := filepath.Join(os.TempDir(), "etcd-pilot-local-"+prefix+".lock")
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return "", nil, fmt.Errorf("failed to open %s: %w", path, err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		return prefix, f, nil
+	}
+	return "", nil, fmt.Errorf("no free pod IP range: 127.%d to 127.%d are all held by other local clusters", firstIPOctet, lastIPOctet)
 }
 
 // zoneName returns the zone of the i-th node (from 0): zone-a, zone-b, ... zone-z, zone-27...
@@ -291,6 +322,9 @@ func (c *Cluster) Stop() {
 		if c.cp != nil {
 			c.cp.Stop()
 			c.log.Info("control plane stopped")
+		}
+		if c.ipLock != nil {
+			c.ipLock.Close()
 		}
 		for _, f := range c.logFiles {
 			f.Close()
