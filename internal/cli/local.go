@@ -100,7 +100,10 @@ func localFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 func newLocalFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("local "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, localUsage) }
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\nFlags of local %s:\n", localUsage, name)
+		fs.PrintDefaults()
+	}
 	dir := fs.String("dir", defaultLocalDir, "the local cluster's folder")
 	return fs, dir
 }
