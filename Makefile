@@ -21,8 +21,8 @@ help: ## Show this help.
 ##@ Main
 
 .PHONY: demo
-demo: build ## Run the main job (until the local cluster lands: render the sample cluster).
-	bin/etcd-pilot render -f config/samples/etcdcluster.yaml
+demo: build ## Run the main job: local Kubernetes, the operator, a 3-member etcd cluster serving (KEEP=1 keeps it).
+	hack/demo.sh
 
 .PHONY: test
 test: tools ## Run every test (unit, golden, Helm parity, envtest against a real kube-apiserver).
@@ -69,3 +69,7 @@ verify: generate manifests lint ## Regenerate and fail if anything generated dif
 lint: ## go vet and gofmt.
 	go vet ./...
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change: $$bad"; exit 1; fi
+
+.PHONY: bench-e2e
+bench-e2e: build ## Time to Available for 3, 5 and 7 members on the local cluster, and its start time.
+	go test ./test/e2e -count=1 -run '^$$' -bench TimeToAvailable -benchtime 1x -timeout 30m

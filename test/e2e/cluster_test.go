@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+)
+
+const availableTimeout = 3 * time.Minute
+
+// createCluster creates an EtcdCluster named "etcd" in ns and returns when it is Available.
+func createCluster(t testing.TB, ns string, replicas int32) (*v1alpha1.EtcdCluster, time.Duration) {
+	t.Helper()
+	c := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
+		Spec:       v1alpha1.EtcdClusterSpec{Replicas: ptr.To(replicas)},
+	}
+	start := time.Now()
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	c = waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	return c, time.Since(start)
+}
+
+func getCluster(t testing.TB, ns string) *v1alpha1.EtcdCluster {
+	t.Helper()
+	c := &v1alpha1.EtcdCluster{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "etcd"}, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitCondition(t testing.TB, ns, typ string, status metav1.ConditionStatus, timeout time.Duration) *v1alpha1.EtcdCluster {
+	t.Helper()
+	var c *v1alpha1.EtcdCluster
+	eventually(t, timeout, fmt.Sprintf("%s=%s", typ, status), func() error {
+		c = getCluster(t, ns)
+		cond := meta.FindStatusCondition(c.Status.Conditions, typ)
+		if cond == nil || cond.Status != status {
+			return fmt.Errorf("%s is %+v", typ, cond)
+		}
+		return nil
+	})
+	return c
+}
+
+func endpoint(ns string, ordinal int) string {
+	return fmt.Sprintf("http://etcd-%d.etcd.%s.svc:2379", ordinal, ns)
+}
+
+func endpoints(ns string, n int) string {
+	var eps []string
+	for i := 0; i < n; i++ {
+		eps = append(eps, endpoint(ns, i))
+	}
+	return strings.Join(eps, ",")
+}
+
+func TestThreeMembersBecomeAvailableAndServe(t *testing.T) {
+	ns := namespace(t)
+	c, took := createCluster(t, ns, 3)
+	t.Logf("3 members Available %s after the apply", took.Round(100*time.Millisecond))
+
+	if _, err := etcdctl(t, "--endpoints", endpoints(ns, 3), "put", "greeting", "hello"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	out, err := etcdctl(t, "--endpoints", endpoints(ns, 3), "get", "greeting", "--print-value-only")
+	if err != nil || strings.TrimSpace(out) != "hello" {
+		t.Fatalf("read: %q %v", out, err)
+	}
+	out, err = etcdctl(t, "--endpoints", endpoint(ns, 0), "member", "list")
+	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 2 || strings.Contains(out, "true") {
+		t.Fatalf("member list (want 3 started voting members): %q %v", out, err)
+	}
+
+	// The status reflects etcd: three healthy members, exactly one leader.
+	eventually(t, time.Minute, "status with 3 healthy members and one leader", func() error {
+		c = getCluster(t, ns)
+		leaders, healthy := 0, 0
+		for _, m := range c.Status.Members {
+			if m.Leader {
+				leaders++
+			}
+			if m.Healthy {
+				healthy++
+			}
+		}
+		if len(c.Status.Members) != 3 || healthy != 3 || leaders != 1 || c.Status.Leader == "" || c.Status.CurrentVersion != "3.6.16" {
+			return fmt.Errorf("members %+v leader %q version %q", c.Status.Members, c.Status.Leader, c.Status.CurrentVersion)
+		}
+		return nil
+	})
+	waitCondition(t, ns, v1alpha1.ConditionReady, metav1.ConditionTrue, time.Minute)
+}
+
+func TestKilledMemberRestartsWithItsData(t *testing.T) {
+	ns := namespace(t)
+	createCluster(t, ns, 3)
+	if _, err := etcdctl(t, "--endpoints", endpoints(ns, 3), "put", "durable", "yes"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	pod := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "etcd-1"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	restarts := restartCount(pod)
+	if out, err := local(t, "kill-pod", ns+"/etcd-1"); err != nil {
+		t.Fatalf("kill-pod: %v %s", err, out)
+	}
+	eventually(t, 2*time.Minute, "etcd-1 restarted and ready", func() error {
+		p := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "etcd-1"}, p); err != nil {
+			return err
+		}
+		if restartCount(p) <= restarts || !podReady(p) {
+			return fmt.Errorf("restarts %d ready %v", restartCount(p), podReady(p))
+		}
+		return nil
+	})
+	// A serializable read is answered from the member's own data.
+	out, err := etcdctl(t, "--endpoints", endpoint(ns, 1), "get", "durable", "--print-value-only", "--consistency=s")
+	if err != nil || strings.TrimSpace(out) != "yes" {
+		t.Fatalf("the restarted member lost its data: %q %v", out, err)
+	}
+	waitCondition(t, ns, v1alpha1.ConditionReady, metav1.ConditionTrue, time.Minute)
+}
+
+func TestClusterServesWhileTheOperatorIsStopped(t *testing.T) {
+	ns := namespace(t)
+	createCluster(t, ns, 3)
+	if out, err := local(t, "operator", "stop"); err != nil {
+		t.Fatalf("operator stop: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := local(t, "operator", "start"); err != nil {
+			t.Errorf("operator start: %v %s", err, out)
+		}
+	})
+	for i := 0; i < 10; i++ {
+		key := fmt.Sprintf("k%d", i)
+		if _, err := etcdctl(t, "--endpoints", endpoints(ns, 3), "put", key, "v"); err != nil {
+			t.Fatalf("write %s without the operator: %v", key, err)
+		}
+	}
+	// A member that dies while no operator runs comes back through Kubernetes alone.
+	if out, err := local(t, "kill-pod", ns+"/etcd-0"); err != nil {
+		t.Fatalf("kill-pod: %v %s", err, out)
+	}
+	eventually(t, 2*time.Minute, "reads from every member without the operator", func() error {
+		for i := 0; i < 3; i++ {
+			out, err := etcdctl(t, "--endpoints", endpoint(ns, i), "get", "k9", "--print-value-only")
+			if err != nil || strings.TrimSpace(out) != "v" {
+				return fmt.Errorf("member %d: %q %v", i, out, err)
+			}
+		}
+		return nil
+	})
+}
+
+func restartCount(p *corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

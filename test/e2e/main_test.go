@@ -1,0 +1,197 @@
+// Package e2e runs etcd-pilot end to end on the local cluster (`etcd-pilot local up`): a real
+// kube-apiserver, controller-manager and scheduler, process nodes running real etcd members,
+// and the operator. One local cluster serves the whole suite; each test gets a namespace.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+)
+
+var (
+	root    string // repository root
+	bin     string // bin/etcd-pilot
+	dir     string // the local cluster's folder
+	k8s     client.Client
+	upStart time.Duration
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, _ := os.Getwd()
+	root = filepath.Join(wd, "..", "..")
+	bin = filepath.Join(root, "bin", "etcd-pilot")
+	if out, err := exec.Command("make", "-C", root, "build").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "failed to build etcd-pilot: %v\n%s", err, out)
+		return 1
+	}
+	var err error
+	dir, err = os.MkdirTemp("", "etcd-pilot-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+
+	up, err := startLocal()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		dumpLogs()
+		return 1
+	}
+	defer stopLocal(up)
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	k8s, err = client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		dumpLogs()
+	}
+	return code
+}
+
+// startLocal runs `etcd-pilot local up` and waits for its ready line.
+func startLocal() (*exec.Cmd, error) {
+	start := time.Now()
+	cmd := exec.Command(bin, "local", "up", "--dir", dir)
+	cmd.Dir = root
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("failed to start local cluster: %w", err)
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(os.Stderr, "local up:", line)
+			if strings.Contains(line, "ready") {
+				ready <- nil
+				_, _ = io.Copy(os.Stderr, stdout)
+				return
+			}
+		}
+		ready <- fmt.Errorf("local up exited before it was ready")
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			_ = cmd.Wait()
+			return nil, err
+		}
+	case <-time.After(15 * time.Minute): // the first run builds the Kubernetes binaries
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("local cluster not ready after 15 minutes")
+	}
+	upStart = time.Since(start)
+	fmt.Fprintf(os.Stderr, "local cluster up in %s\n", upStart.Round(100*time.Millisecond))
+	return cmd, nil
+}
+
+func stopLocal(up *exec.Cmd) {
+	_ = up.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- up.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		_ = up.Process.Kill()
+		fmt.Fprintln(os.Stderr, "local cluster did not stop within 2 minutes; killed")
+	}
+}
+
+// dumpLogs prints the tail of the local cluster's component logs, for failed runs.
+func dumpLogs() {
+	files, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, f := range files {
+		if !strings.Contains(f, "operator") && !strings.Contains(f, "controller-manager") {
+			continue
+		}
+		b, _ := os.ReadFile(f)
+		if len(b) > 6000 {
+			b = b[len(b)-6000:]
+		}
+		fmt.Fprintf(os.Stderr, "==== %s (tail)\n%s\n", f, b)
+	}
+}
+
+// local runs `etcd-pilot local ARGS...` against the suite's cluster.
+func local(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	full := append([]string{"local", args[0], "--dir", dir}, args[1:]...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, full...)
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// etcdctl runs etcdctl in the local cluster's name view.
+func etcdctl(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	return local(t, append([]string{"exec", "--", "etcdctl", "--command-timeout=5s"}, args...)...)
+}
+
+// namespace creates a namespace for the test and deletes it afterwards.
+func namespace(t testing.TB) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.TrimRight(name, "-") + "-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// eventually polls cond until it returns nil or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
