@@ -41,6 +41,7 @@ build: ## Build bin/etcd-pilot.
 .PHONY: tools
 tools: ## Build the test binaries from Go modules into bin/ (cached).
 	hack/envtest-assets.sh >/dev/null
+	hack/build-kube.sh >/dev/null
 	hack/build-helm.sh >/dev/null
 
 .PHONY: envtest-assets

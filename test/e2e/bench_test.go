@@ -11,7 +11,6 @@ import (
 // cluster's own start time. Run it with `make bench-e2e` (one iteration per size: each
 // iteration is a whole cluster).
 func BenchmarkTimeToAvailable(b *testing.B) {
-	b.ReportMetric(upStart.Seconds(), "s-local-up")
 	for _, n := range []int32{3, 5, 7} {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			var total time.Duration
@@ -21,6 +20,7 @@ func BenchmarkTimeToAvailable(b *testing.B) {
 				total += took
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s-to-available")
+			b.ReportMetric(upStart.Seconds(), "s-local-up")
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,10 +168,12 @@ func etcdctl(t testing.TB, args ...string) (string, error) {
 	return local(t, append([]string{"exec", "--", "etcdctl", "--command-timeout=5s"}, args...)...)
 }
 
+var invalidName = regexp.MustCompile(`[^a-z0-9-]+`)
+
 // namespace creates a namespace for the test and deletes it afterwards.
 func namespace(t testing.TB) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := invalidName.ReplaceAllString(strings.ToLower(t.Name()), "-")
 	if len(name) > 50 {
 		name = name[:50]
 	}
