@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,7 +61,12 @@ func run(m *testing.M) int {
 		dumpLogs()
 		return 1
 	}
-	defer stopLocal(up)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopLocal(up)
+		}
+	}()
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
@@ -76,7 +82,36 @@ func run(m *testing.M) int {
 	if code != 0 {
 		dumpLogs()
 	}
+	stopLocal(up)
+	stopped = true
+	// Stopping the local cluster leaves no process of it behind.
+	if left := processesUnder(dir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "processes left after the local cluster stopped:\n%s\n", strings.Join(left, "\n"))
+		return 1
+	}
 	return code
+}
+
+// processesUnder lists the processes whose command line names dir, or that see a bind mount
+// from dir (pod processes: the shim execs them in a mount namespace with the pod's folders).
+func processesUnder(dir string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		mounts, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo"))
+		if !bytes.Contains(b, []byte(dir)) && !bytes.Contains(mounts, []byte(dir)) {
+			continue
+		}
+		out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	return out
 }
 
 // startLocal runs `etcd-pilot local up` and waits for its ready line.
