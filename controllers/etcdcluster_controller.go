@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -63,6 +64,9 @@ type EtcdClusterReconciler struct {
 	DialEtcd etcd.Dialer
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
+	// MaxConcurrentReconciles is the number of clusters handled at once (default 4), so one
+	// cluster whose etcd is slow to answer does not hold up the others.
+	MaxConcurrentReconciles int
 
 	once    sync.Once
 	applier *apply.Applier
@@ -74,6 +78,9 @@ func (r *EtcdClusterReconciler) init() {
 	r.once.Do(func() {
 		if r.EtcdTimeout == 0 {
 			r.EtcdTimeout = 3 * time.Second
+		}
+		if r.MaxConcurrentReconciles == 0 {
+			r.MaxConcurrentReconciles = 4
 		}
 		r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner}
 	})
@@ -95,6 +102,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		For(&v1alpha1.EtcdCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&appsv1.StatefulSet{}).

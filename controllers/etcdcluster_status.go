@@ -35,7 +35,7 @@ type observation struct {
 	etcdErr error
 }
 
-// observe reads the StatefulSet from the cache and, when member pods exist, asks etcd.
+// observe reads the StatefulSet from the cache and, when a member pod is ready, asks etcd.
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
 	sts := &appsv1.StatefulSet{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
@@ -46,7 +46,9 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
 	}
 	o.sts = sts
-	if sts.Status.Replicas == 0 {
+	// Until a member passes its readiness probe (a linearizable read) etcd cannot answer a
+	// member list either; asking would only hold this worker for the call timeout.
+	if sts.Status.ReadyReplicas == 0 {
 		return nil
 	}
 	n := sts.Status.Replicas
