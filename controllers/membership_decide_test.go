@@ -1,0 +1,527 @@
+package controllers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// The fixture: a StatefulSet "etc" whose member of ordinal k has ID mdID(k), a claim
+// "uid-k", and a running, ready pod on a ready node.
+
+var mdT0 = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+const mdTimeout = 5 * time.Minute
+
+func mdID(k int32) uint64          { return 0x100 + uint64(k) }
+func mdName(k int32) string        { return fmt.Sprintf("etc-%d", k) }
+func mdPeerURL(name string) string { return "http://" + name + ".etc.ns.svc:2380" }
+
+type mdFix struct {
+	desired, sts   int32
+	members        []etcd.Member
+	status         map[uint64]etcd.MemberStatus
+	leader         uint64
+	pods           map[int32]*podInfo
+	intent         *membershipIntent
+	splitBrain     bool
+	notBootstrap   bool
+	noEtcd         bool
+	keepPVCOnScale bool
+}
+
+// cluster is n started, healthy voting members at ordinals 0..n-1, led by ordinal 0, with
+// spec.replicas n.
+func cluster3(n int32) *mdFix {
+	f := &mdFix{desired: n, sts: n, status: map[uint64]etcd.MemberStatus{}, leader: mdID(0), pods: map[int32]*podInfo{}}
+	for k := int32(0); k < n; k++ {
+		f.addMember(k, false, true)
+		f.addPod(k)
+	}
+	return f
+}
+
+func (f *mdFix) addMember(k int32, learner, started bool) {
+	m := etcd.Member{ID: mdID(k), PeerURLs: []string{mdPeerURL(mdName(k))}, IsLearner: learner}
+	if started {
+		m.Name = mdName(k)
+		m.ClientURLs = []string{"http://" + mdName(k) + ".etc.ns.svc:2379"}
+		f.status[m.ID] = etcd.MemberStatus{ID: m.ID, RaftIndex: 1000, IsLearner: learner}
+	}
+	f.members = append(f.members, m)
+}
+
+func (f *mdFix) addPod(k int32) {
+	f.pods[k] = &podInfo{Name: mdName(k), Ordinal: k, Exists: true, Running: true, Ready: true, NodeReady: true,
+		PVCExists: true, PVCUID: fmt.Sprintf("uid-%d", k)}
+}
+
+func (f *mdFix) want(d int32) *mdFix        { f.desired = d; return f }
+func (f *mdFix) stsReplicas(n int32) *mdFix { f.sts = n; return f }
+func (f *mdFix) keepPVC() *mdFix            { f.keepPVCOnScale = true; return f }
+func (f *mdFix) leaderAt(k int32) *mdFix    { f.leader = mdID(k); return f }
+func (f *mdFix) withIntent(in membershipIntent) *mdFix {
+	if in.PeerURL == "" {
+		in.PeerURL = mdPeerURL(in.Member)
+	}
+	in.StartedAt = mdT0.Add(-time.Minute)
+	f.intent = &in
+	return f
+}
+
+// down: member k does not answer.
+func (f *mdFix) down(k int32) *mdFix { delete(f.status, mdID(k)); return f }
+
+// pod edits the pod info of ordinal k (created when missing, as a claim-only entry).
+func (f *mdFix) pod(k int32, edit func(p *podInfo)) *mdFix {
+	p, ok := f.pods[k]
+	if !ok {
+		p = &podInfo{Name: mdName(k), Ordinal: k, NodeReady: true}
+		f.pods[k] = p
+	}
+	edit(p)
+	return f
+}
+
+func (f *mdFix) noPod(k int32) *mdFix {
+	return f.pod(k, func(p *podInfo) { p.Exists, p.Running, p.Ready = false, false, false })
+}
+
+func (f *mdFix) noClaim(k int32) *mdFix {
+	return f.pod(k, func(p *podInfo) { p.PVCExists, p.PVCUID = false, "" })
+}
+
+func (f *mdFix) gone(k int32) *mdFix { delete(f.pods, k); return f }
+
+func (f *mdFix) removeMember(k int32) *mdFix {
+	for i, m := range f.members {
+		if m.ID == mdID(k) {
+			f.members = append(f.members[:i], f.members[i+1:]...)
+			break
+		}
+	}
+	delete(f.status, mdID(k))
+	return f
+}
+
+// learner adds ordinal k as a learner; started learners trail the leader by lag.
+func (f *mdFix) learner(k int32, started bool, lag uint64) *mdFix {
+	f.addMember(k, true, started)
+	if started {
+		f.status[mdID(k)] = etcd.MemberStatus{ID: mdID(k), RaftIndex: 1000 - lag, IsLearner: true}
+	}
+	return f
+}
+
+func (f *mdFix) lagOf(k int32, lag uint64) *mdFix {
+	st := f.status[mdID(k)]
+	st.RaftIndex = 1000 - lag
+	f.status[mdID(k)] = st
+	return f
+}
+
+func (f *mdFix) obs() memberObservation {
+	o := memberObservation{
+		Desired: f.desired, StatefulSet: "etc", StsReplicas: f.sts, SplitBrain: f.splitBrain, Bootstrapped: !f.notBootstrap,
+		Intent: f.intent, PeerURL: mdPeerURL, LearnerMaxLag: 100, LostMemberTimeout: mdTimeout,
+		DeletePVCOnScaleIn: !f.keepPVCOnScale, Now: mdT0,
+	}
+	ords := make([]int32, 0, len(f.pods))
+	for k := range f.pods {
+		ords = append(ords, k)
+	}
+	sort.Slice(ords, func(i, j int) bool { return ords[i] < ords[j] })
+	for _, k := range ords {
+		o.Pods = append(o.Pods, *f.pods[k])
+	}
+	if f.noEtcd {
+		return o
+	}
+	obs := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7, Members: append([]etcd.Member(nil), f.members...)},
+		Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
+	for _, m := range f.members {
+		st, ok := f.status[m.ID]
+		if !ok {
+			obs.StatusErr[m.ID] = errors.New("connection refused")
+			continue
+		}
+		st.Leader = f.leader
+		obs.Status[m.ID] = st
+	}
+	o.Etcd = obs
+	return o
+}
+
+func TestDecideMembership(t *testing.T) {
+	ago := func(d time.Duration) time.Time { return mdT0.Add(-d) }
+	nodeLost := func(d time.Duration) func(*podInfo) {
+		return func(p *podInfo) { p.NodeReady, p.NodeNotReadySince, p.Ready = false, ago(d), false }
+	}
+	crashLoop := func(d time.Duration) func(*podInfo) {
+		return func(p *podInfo) {
+			p.CrashLooping, p.FailingSince, p.Ready, p.Running, p.RestartCount = true, ago(d), false, false, 9
+		}
+	}
+	fresh := func(p *podInfo) { p.PVCFresh = true }
+	addIntent := func(k int32) membershipIntent {
+		return membershipIntent{Op: intentAdd, Member: mdName(k), Reason: reasonScaleOut}
+	}
+	removeIntent := func(k int32) membershipIntent {
+		return membershipIntent{Op: intentRemove, Member: mdName(k), ID: mdID(k), Reason: reasonScaleIn}
+	}
+	replaceIntent := func(k int32) membershipIntent {
+		return membershipIntent{Op: intentReplace, Member: mdName(k), ID: mdID(k), ClaimUID: fmt.Sprintf("uid-%d", k), Reason: reasonReplaceMember}
+	}
+	// replaced: ordinal 1 of three was removed and re-added as a learner (ID 0x901).
+	replaced := func(started bool, lag uint64) *mdFix {
+		f := cluster3(3).removeMember(1).withIntent(replaceIntent(1))
+		f.members = append(f.members, etcd.Member{ID: 0x901, PeerURLs: []string{mdPeerURL("etc-1")}, IsLearner: true})
+		if started {
+			f.members[len(f.members)-1].Name = "etc-1"
+			f.status[0x901] = etcd.MemberStatus{ID: 0x901, RaftIndex: 1000 - lag, IsLearner: true}
+		}
+		return f
+	}
+
+	tests := []struct {
+		name   string
+		fix    *mdFix
+		kind   actionKind
+		member string
+		id     uint64
+		reason string
+		check  func(t *testing.T, a membershipAction)
+	}{
+		// Safety rails: no action without a member list, a leader, a quorum and one cluster ID.
+		{name: "members disagree on the cluster ID", fix: func() *mdFix { f := cluster3(3); f.splitBrain = true; return f }(),
+			kind: actWait, reason: reasonSplitBrain},
+		{name: "no member answered and the cluster never formed", fix: func() *mdFix { f := cluster3(3); f.noEtcd, f.notBootstrap = true, true; return f }(),
+			kind: actWait, reason: reasonBootstrapping},
+		{name: "no member answered after the cluster formed", fix: func() *mdFix { f := cluster3(3); f.noEtcd = true; return f }(),
+			kind: actWait, reason: reasonEtcdUnreachable},
+		{name: "first members started but no leader yet", fix: func() *mdFix { f := cluster3(3); f.leader, f.notBootstrap = 0, true; return f }(),
+			kind: actWait, reason: reasonBootstrapping},
+		{name: "no leader after the cluster formed", fix: func() *mdFix { f := cluster3(3); f.leader = 0; return f }(),
+			kind: actWait, reason: reasonNoLeader},
+		{name: "two of three members down", fix: cluster3(3).down(1).down(2), kind: actWait, reason: reasonQuorumLost,
+			check: wantMessage("restore")},
+		{name: "two of three members lost their data", fix: cluster3(3).pod(1, fresh).pod(2, fresh), kind: actWait, reason: reasonQuorumLost},
+		{name: "the only member lost its data", fix: cluster3(1).pod(0, fresh), kind: actWait, reason: reasonQuorumLost},
+		{name: "quorum lost with a recorded intent: the intent waits", fix: cluster3(3).down(1).down(2).withIntent(removeIntent(2)),
+			kind: actWait, reason: reasonQuorumLost},
+		{name: "a member that is no pod of the StatefulSet",
+			fix: func() *mdFix {
+				f := cluster3(3)
+				f.members = append(f.members, etcd.Member{ID: 0x999, Name: "other-0", PeerURLs: []string{"http://other:2380"}})
+				return f
+			}(), kind: actWait, reason: reasonUnknownMember},
+		{name: "an unstarted member with a foreign peer URL",
+			fix: func() *mdFix {
+				f := cluster3(3)
+				f.members = append(f.members, etcd.Member{ID: 0x999, PeerURLs: []string{"http://elsewhere:2380"}, IsLearner: true})
+				return f
+			}(), kind: actWait, reason: reasonUnknownMember},
+
+		// Settled and bootstrap.
+		{name: "three healthy members as asked", fix: cluster3(3), kind: actNone, reason: reasonReconciled},
+		{name: "bootstrap: a voting member has not started, its pod is starting",
+			fix: func() *mdFix {
+				f := cluster3(2).want(3).stsReplicas(3)
+				f.addMember(2, false, false)
+				return f.pod(2, func(p *podInfo) { p.Exists, p.PVCExists, p.PVCUID = true, true, "uid-2" })
+			}(), kind: actWait, reason: reasonMemberStarting},
+		{name: "unstarted voting member whose pod crash loops past the timeout is replaced",
+			fix: func() *mdFix {
+				f := cluster3(2).want(3).stsReplicas(3)
+				f.addMember(2, false, false)
+				return f.pod(2, func(p *podInfo) { p.Exists, p.PVCExists, p.PVCUID = true, true, "uid-2" }).pod(2, crashLoop(6*time.Minute))
+			}(), kind: actRecordIntent, member: "etc-2", id: mdID(2), reason: reasonReplaceMember},
+
+		// Scale out, step by step.
+		{name: "scale out 1 to 3: record intent to add ordinal 1", fix: cluster3(1).want(3), kind: actRecordIntent, member: "etc-1", reason: reasonScaleOut,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent == nil || a.Intent.Op != intentAdd || a.Intent.PeerURL != mdPeerURL("etc-1") || a.Intent.ClaimUID != "" || !a.Intent.StartedAt.Equal(mdT0) {
+					t.Errorf("intent = %+v", a.Intent)
+				}
+			}},
+		{name: "scale out: intent recorded, no learner yet", fix: cluster3(1).want(3).withIntent(addIntent(1)),
+			kind: actAddLearner, member: "etc-1", reason: reasonScaleOut,
+			check: func(t *testing.T, a membershipAction) {
+				if a.PeerURL != mdPeerURL("etc-1") {
+					t.Errorf("peer URL %q", a.PeerURL)
+				}
+			}},
+		{name: "scale out: learner added, StatefulSet not grown", fix: cluster3(1).want(3).withIntent(addIntent(1)).learner(1, false, 0),
+			kind: actScaleStatefulSet, member: "etc-1", reason: reasonScaleOut, check: wantReplicas(2)},
+		{name: "scale out: StatefulSet grown, pod not created yet", fix: cluster3(1).want(3).stsReplicas(2).withIntent(addIntent(1)).learner(1, false, 0),
+			kind: actWait, reason: reasonWaitingForPod},
+		{name: "scale out: pod created, learner not started",
+			fix: cluster3(1).want(3).stsReplicas(2).withIntent(addIntent(1)).learner(1, false, 0).pod(1, func(p *podInfo) {
+				*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "new"}
+			}),
+			kind: actWait, reason: reasonLearnerStarting},
+		{name: "scale out: learner started, far behind the leader",
+			fix: func() *mdFix {
+				f := cluster3(1).want(3).stsReplicas(2).withIntent(addIntent(1)).learner(1, true, 900)
+				f.addPod(1)
+				return f
+			}(),
+			kind: actWait, reason: reasonLearnerCatchingUp, check: wantMessage("900 raft entries behind")},
+		{name: "scale out: learner started but does not answer",
+			fix: func() *mdFix {
+				f := cluster3(1).want(3).stsReplicas(2).withIntent(addIntent(1)).learner(1, true, 0).down(1)
+				f.addPod(1)
+				return f
+			}(),
+			kind: actWait, reason: reasonLearnerCatchingUp},
+		{name: "scale out: learner caught up", fix: func() *mdFix {
+			f := cluster3(1).want(3).stsReplicas(2).withIntent(addIntent(1)).learner(1, true, 50)
+			f.addPod(1)
+			return f
+		}(),
+			kind: actPromoteLearner, member: "etc-1", id: mdID(1), reason: reasonScaleOut},
+		{name: "scale out: learner caught up, its claim not yet recorded as its own",
+			fix: func() *mdFix {
+				f := cluster3(1).want(3).stsReplicas(2).withIntent(addIntent(1)).learner(1, true, 0)
+				f.addPod(1)
+				return f.pod(1, fresh)
+			}(),
+			kind: actWait, reason: reasonLearnerStarting, check: wantMessage("recorded")},
+		{name: "scale out: learner promoted, intent still recorded", fix: cluster3(2).want(3).withIntent(addIntent(1)),
+			kind: actClearIntent, member: "etc-1", reason: reasonScaleOut},
+		{name: "scale out: next member after the first is done", fix: cluster3(2).want(3), kind: actRecordIntent, member: "etc-2", reason: reasonScaleOut},
+		{name: "scale out onto a claim left by a removed member (delete policy)",
+			fix:  cluster3(1).want(3).pod(1, func(p *podInfo) { p.PVCExists, p.PVCUID = true, "old-1" }),
+			kind: actRecordIntent, member: "etc-1", reason: reasonScaleOut,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent.ClaimUID != "old-1" {
+					t.Errorf("claim UID %q, want old-1", a.Intent.ClaimUID)
+				}
+			}},
+		{name: "scale out: learner added, stale claim still there",
+			fix:  cluster3(1).want(3).withIntent(membershipIntent{Op: intentAdd, Member: "etc-1", ClaimUID: "old-1"}).learner(1, false, 0).pod(1, func(p *podInfo) { p.PVCExists, p.PVCUID = true, "old-1" }),
+			kind: actDeletePVC, member: "etc-1", reason: reasonScaleOut},
+		{name: "scale out onto a claim the retention policy keeps", fix: cluster3(1).want(3).keepPVC().pod(1, func(p *podInfo) { p.PVCExists, p.PVCUID = true, "old-1" }),
+			kind: actWait, reason: reasonStaleVolume},
+		{name: "scale out abandoned: spec shrank before the learner was added", fix: cluster3(1).want(1).withIntent(addIntent(1)),
+			kind: actClearIntent, member: "etc-1", reason: reasonScaleOut},
+		{name: "scale out abandoned: spec shrank after the learner was added", fix: cluster3(1).want(1).withIntent(addIntent(1)).learner(1, false, 0),
+			kind: actRemoveMember, member: "etc-1", id: mdID(1), reason: reasonScaleOut},
+		{name: "scale out: another learner exists that this intent did not add", fix: cluster3(2).want(4).withIntent(addIntent(3)).learner(2, false, 0),
+			kind: actClearIntent, member: "etc-3", reason: reasonScaleOut},
+		{name: "learner with no intent is adopted", fix: cluster3(2).want(3).learner(2, false, 0), kind: actRecordIntent, member: "etc-2", reason: reasonAdoptLearner,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent.Op != intentAdd || a.Intent.ID != 0 {
+					t.Errorf("intent = %+v", a.Intent)
+				}
+			}},
+		{name: "adopted learner beyond spec.replicas is removed", fix: cluster3(2).want(2).learner(2, false, 0).withIntent(membershipIntent{Op: intentAdd, Member: "etc-2", Reason: reasonAdoptLearner}),
+			kind: actRemoveMember, member: "etc-2", id: mdID(2), reason: reasonAdoptLearner},
+		{name: "learner whose pod crash loops past the timeout gets a fresh volume",
+			fix: func() *mdFix {
+				f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3)
+				f.addPod(2)
+				return f.pod(2, crashLoop(6*time.Minute))
+			}(),
+			kind: actDeletePVC, member: "etc-2", reason: reasonScaleOut},
+		{name: "learner on a dead node, claim already deleting: force-delete the pod",
+			fix: func() *mdFix {
+				f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3)
+				f.addPod(2)
+				return f.pod(2, nodeLost(6*time.Minute)).pod(2, func(p *podInfo) { p.PVCDeleting = true })
+			}(),
+			kind: actDeletePod, member: "etc-2", reason: reasonScaleOut, check: wantForce(true)},
+		{name: "learner pod exists without a claim and is not running",
+			fix: func() *mdFix {
+				f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3)
+				f.addPod(2)
+				return f.noClaim(2).pod(2, func(p *podInfo) { p.Running, p.Ready = false, false })
+			}(),
+			kind: actDeletePod, member: "etc-2", reason: reasonScaleOut, check: wantForce(false)},
+
+		// Scale in.
+		{name: "scale in 3 to 1: highest ordinal first", fix: cluster3(3).want(1), kind: actRecordIntent, member: "etc-2", id: mdID(2), reason: reasonScaleIn,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent.Op != intentRemove || a.Intent.ID != mdID(2) {
+					t.Errorf("intent = %+v", a.Intent)
+				}
+			}},
+		{name: "scale in: an unhealthy member goes first, even a low ordinal", fix: cluster3(3).want(2).down(0).leaderAt(1),
+			kind: actRecordIntent, member: "etc-0", id: mdID(0), reason: reasonScaleIn},
+		{name: "scale in: the member to remove leads", fix: cluster3(3).want(2).leaderAt(2).lagOf(0, 5).lagOf(1, 1),
+			kind: actMoveLeader, member: "etc-2", id: mdID(2), reason: reasonScaleIn,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Target != mdID(1) {
+					t.Errorf("target %x, want the most caught-up member %x", a.Target, mdID(1))
+				}
+			}},
+		{name: "scale in: intent recorded, member still present", fix: cluster3(3).want(2).withIntent(removeIntent(2)),
+			kind: actRemoveMember, member: "etc-2", id: mdID(2), reason: reasonScaleIn},
+		{name: "scale in: intent recorded, member became leader meanwhile", fix: cluster3(3).want(2).withIntent(removeIntent(2)).leaderAt(2),
+			kind: actMoveLeader, member: "etc-2", id: mdID(2), reason: reasonScaleIn},
+		{name: "scale in: intent recorded, removal would now cost quorum", fix: cluster3(3).want(2).withIntent(removeIntent(2)).down(0).leaderAt(1),
+			kind: actWait, reason: reasonQuorumAtRisk},
+		{name: "scale in: spec rose again before the removal", fix: cluster3(3).want(3).withIntent(removeIntent(2)),
+			kind: actClearIntent, member: "etc-2", id: mdID(2), reason: reasonScaleIn},
+		{name: "scale in: member removed, StatefulSet not shrunk", fix: cluster3(3).want(2).withIntent(removeIntent(2)).removeMember(2),
+			kind: actScaleStatefulSet, member: "etc-2", reason: reasonScaleIn, check: wantReplicas(2)},
+		{name: "scale in: StatefulSet shrunk, claim left (delete policy)", fix: cluster3(3).want(2).stsReplicas(2).withIntent(removeIntent(2)).removeMember(2).noPod(2),
+			kind: actDeletePVC, member: "etc-2", reason: reasonScaleIn},
+		{name: "scale in: StatefulSet shrunk, claim kept (keep policy)", fix: cluster3(3).want(2).stsReplicas(2).keepPVC().withIntent(removeIntent(2)).removeMember(2).noPod(2),
+			kind: actClearIntent, member: "etc-2", reason: reasonScaleIn},
+		{name: "scale in: claim deleting", fix: cluster3(3).want(2).stsReplicas(2).withIntent(removeIntent(2)).removeMember(2).noPod(2).pod(2, func(p *podInfo) { p.PVCDeleting = true }),
+			kind: actClearIntent, member: "etc-2", reason: reasonScaleIn},
+		{name: "scale in: all done, intent cleared", fix: cluster3(2).want(2), kind: actNone, reason: reasonReconciled},
+		{name: "scale in of a middle ordinal: member gone, StatefulSet stays", fix: cluster3(3).want(2).withIntent(removeIntent(0)).removeMember(0).leaderAt(1).pod(0, crashLoop(time.Minute)),
+			kind: actClearIntent, member: "etc-0", reason: reasonScaleIn},
+		{name: "after a middle removal: the pod without a member is re-added on a fresh volume",
+			fix:  cluster3(3).want(2).removeMember(0).leaderAt(1).pod(0, crashLoop(time.Minute)),
+			kind: actRecordIntent, member: "etc-0", reason: reasonReaddPod,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent.ClaimUID != "uid-0" {
+					t.Errorf("claim UID %q, want uid-0 (the removed member's claim must not be reused)", a.Intent.ClaimUID)
+				}
+			}},
+		{name: "a pod serving but not a member (may have bootstrapped alone)", fix: cluster3(3).removeMember(2),
+			kind: actWait, reason: reasonPodNotMember},
+
+		// Replace a lost member.
+		{name: "a member restarted on a re-created claim", fix: cluster3(3).pod(1, fresh), kind: actRecordIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent.Op != intentReplace || a.Intent.ClaimUID != "uid-1" {
+					t.Errorf("intent = %+v", a.Intent)
+				}
+			}},
+		{name: "a started member whose claim and pod are gone", fix: cluster3(3).down(1).gone(1), kind: actRecordIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember},
+		{name: "a member whose claim is being deleted", fix: cluster3(3).pod(1, func(p *podInfo) { p.PVCDeleting = true }),
+			kind: actRecordIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember},
+		{name: "a member on a node NotReady past the timeout", fix: cluster3(3).down(2).pod(2, nodeLost(6*time.Minute)),
+			kind: actRecordIntent, member: "etc-2", id: mdID(2), reason: reasonReplaceMember},
+		{name: "a member on a node NotReady within the timeout", fix: cluster3(3).down(2).pod(2, nodeLost(2*time.Minute)),
+			kind: actWait, reason: reasonMemberUnhealthy,
+			check: func(t *testing.T, a membershipAction) {
+				if a.RequeueAfter != 3*time.Minute {
+					t.Errorf("requeue after %s, want 3m", a.RequeueAfter)
+				}
+			}},
+		{name: "a member on a NotReady node that still answers is kept", fix: cluster3(3).pod(2, nodeLost(time.Hour)), kind: actNone, reason: reasonReconciled},
+		{name: "a member crash looping past the timeout", fix: cluster3(3).down(1).pod(1, crashLoop(6*time.Minute)),
+			kind: actRecordIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember},
+		{name: "the leader lost its data: leadership moves first", fix: cluster3(3).pod(0, fresh),
+			kind: actMoveLeader, member: "etc-0", id: mdID(0), reason: reasonReplaceMember},
+		{name: "replace: intent recorded, old member present", fix: cluster3(3).down(1).pod(1, crashLoop(6*time.Minute)).withIntent(replaceIntent(1)),
+			kind: actRemoveMember, member: "etc-1", id: mdID(1), reason: reasonReplaceMember},
+		{name: "replace: old member recovered before its removal", fix: cluster3(3).withIntent(replaceIntent(1)),
+			kind: actClearIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember},
+		{name: "replace: removal would cost quorum now", fix: cluster3(3).down(1).pod(1, crashLoop(6*time.Minute)).withIntent(replaceIntent(1)).down(2).pod(2, crashLoop(time.Second)),
+			kind: actWait, reason: reasonQuorumLost},
+		{name: "replace of 5: removal would cost quorum now", fix: cluster3(5).down(1).pod(1, crashLoop(6*time.Minute)).pod(1, fresh).withIntent(replaceIntent(1)).down(2).down(3),
+			kind: actWait, reason: reasonQuorumLost},
+		{name: "replace: old member removed, no learner yet", fix: cluster3(3).removeMember(1).withIntent(replaceIntent(1)),
+			kind: actAddLearner, member: "etc-1", reason: reasonReplaceMember},
+		{name: "replace: learner added, old claim still in place", fix: replaced(false, 0), kind: actDeletePVC, member: "etc-1", reason: reasonReplaceMember},
+		{name: "replace: old claim deleting, old pod on a dead node", fix: replaced(false, 0).pod(1, nodeLost(10*time.Minute)).pod(1, func(p *podInfo) { p.PVCDeleting = true }),
+			kind: actDeletePod, member: "etc-1", reason: reasonReplaceMember, check: wantForce(true)},
+		{name: "replace: old pod terminating on a ready node", fix: replaced(false, 0).pod(1, func(p *podInfo) { p.PVCDeleting, p.Deleting = true, true }),
+			kind: actWait, reason: reasonPodTerminating},
+		{name: "replace: old pod gone, old claim not yet", fix: replaced(false, 0).noPod(1).pod(1, func(p *podInfo) { p.PVCDeleting = true }),
+			kind: actWait, reason: reasonVolumeDeleting},
+		{name: "replace: new pod on a new claim, learner caught up", fix: replaced(true, 0).pod(1, func(p *podInfo) { p.PVCUID = "new-1" }),
+			kind: actPromoteLearner, member: "etc-1", id: 0x901, reason: reasonReplaceMember},
+		{name: "replace: promoted, intent still recorded",
+			fix: func() *mdFix {
+				f := replaced(true, 0).pod(1, func(p *podInfo) { p.PVCUID = "new-1" })
+				f.members[len(f.members)-1].IsLearner = false
+				return f
+			}(), kind: actClearIntent, member: "etc-1", id: 0x901, reason: reasonReplaceMember},
+
+		// The StatefulSet follows the member list.
+		{name: "a member has no pod: the StatefulSet is too small", fix: cluster3(3).stsReplicas(2).down(2).noPod(2),
+			kind: actScaleStatefulSet, member: "etc-2", reason: reasonScaleOut, check: wantReplicas(3)},
+		{name: "pods above the members: the StatefulSet is too big", fix: func() *mdFix { f := cluster3(3).stsReplicas(4); f.addPod(3); return f }(),
+			kind: actScaleStatefulSet, member: "etc-3", reason: reasonScaleIn, check: wantReplicas(3)},
+
+		// Intents that make no sense.
+		{name: "intent naming no member pod", fix: cluster3(3).withIntent(membershipIntent{Op: intentAdd, Member: "zzz"}),
+			kind: actClearIntent, reason: reasonInvalidIntent},
+		{name: "intent with an unknown operation", fix: cluster3(3).withIntent(membershipIntent{Op: "merge", Member: "etc-1"}),
+			kind: actClearIntent, reason: reasonInvalidIntent},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.fix.obs()
+			a := decideMembership(o)
+			if a.Kind != tt.kind || a.Reason != tt.reason || (tt.member != "" && a.Member != tt.member) || (tt.id != 0 && a.ID != tt.id) {
+				t.Fatalf("got %s member=%q id=%x reason=%s (%s)\nwant %s member=%q id=%x reason=%s",
+					a.Kind, a.Member, a.ID, a.Reason, a.Message, tt.kind, tt.member, tt.id, tt.reason)
+			}
+			if a.Message == "" {
+				t.Error("empty message")
+			}
+			if tt.check != nil {
+				tt.check(t, a)
+			}
+			// Pure: the same observation gives the same action.
+			if b := decideMembership(tt.fix.obs()); !reflect.DeepEqual(a, b) {
+				t.Errorf("second call gave %+v", b)
+			}
+		})
+	}
+}
+
+func TestMembershipIntentJSON(t *testing.T) {
+	in := membershipIntent{Op: intentReplace, Member: "etc-1", ID: 0x8e9e05c52164694d, PeerURL: mdPeerURL("etc-1"),
+		ClaimUID: "uid-1", Reason: reasonReplaceMember, StartedAt: mdT0}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"id":"8e9e05c52164694d"`) {
+		t.Errorf("ID not in hexadecimal: %s", b)
+	}
+	var out membershipIntent
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip: %+v, want %+v", out, in)
+	}
+	add, _ := json.Marshal(membershipIntent{Op: intentAdd, Member: "etc-2"})
+	if strings.Contains(string(add), `"id"`) {
+		t.Errorf("add intent carries an ID: %s", add)
+	}
+	if err := json.Unmarshal([]byte(`{"op":"remove","member":"etc-1","id":"xyz"}`), &out); err == nil {
+		t.Error("a malformed ID parsed")
+	}
+}
+
+func wantReplicas(n int32) func(*testing.T, membershipAction) {
+	return func(t *testing.T, a membershipAction) {
+		if a.Replicas != n {
+			t.Errorf("replicas %d, want %d", a.Replicas, n)
+		}
+	}
+}
+
+func wantForce(f bool) func(*testing.T, membershipAction) {
+	return func(t *testing.T, a membershipAction) {
+		if a.Force != f {
+			t.Errorf("force %v, want %v", a.Force, f)
+		}
+	}
+}
+
+func wantMessage(sub string) func(*testing.T, membershipAction) {
+	return func(t *testing.T, a membershipAction) {
+		if !strings.Contains(a.Message, sub) {
+			t.Errorf("message %q does not mention %q", a.Message, sub)
+		}
+	}
+}
