@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand"
 	"reflect"
 	"sort"
 	"strings"
@@ -522,6 +523,481 @@ func wantMessage(sub string) func(*testing.T, membershipAction) {
 	return func(t *testing.T, a membershipAction) {
 		if !strings.Contains(a.Message, sub) {
 			t.Errorf("message %q does not mention %q", a.Message, sub)
+		}
+	}
+}
+
+// --- A tiny world: etcd, a StatefulSet with Parallel pod management, pods and claims. ---
+
+type simMember struct {
+	id      uint64
+	peerURL string
+	name    string // empty until started
+	learner bool
+	index   uint64
+}
+
+type simPod struct {
+	claimUID      string // the claim the pod mounts
+	deleting      bool
+	nodeReady     bool
+	notReadySince time.Time
+	serves        uint64 // member ID its etcd runs as; 0 when it fails
+	failingSince  time.Time
+	restarts      int32
+	age           int // passes since creation: etcd starts from the second
+}
+
+type simClaim struct {
+	uid      string
+	deleting bool
+	data     uint64 // the member whose WAL it holds; 0 when empty
+	stamp    uint64 // the controller's record of the member it belongs to (set for learners)
+}
+
+type simWorld struct {
+	t         *testing.T
+	now       time.Time
+	desired   int32
+	deletePVC bool
+	members   []*simMember
+	leader    uint64
+	index     uint64
+	nextID    uint64
+	sts       int32
+	stsSeen   int32 // the replicas the StatefulSet controller acts on: one pass behind
+	pods      map[int32]*simPod
+	claims    map[int32]*simClaim
+	intent    *membershipIntent
+	nextUID   int
+	log       []string
+}
+
+const simTimeout = 30 * time.Second
+
+// newSimWorld is a formed cluster of one member, etc-0.
+func newSimWorld(t *testing.T) *simWorld {
+	w := &simWorld{t: t, now: mdT0, desired: 1, deletePVC: true, index: 5000, nextID: 1, sts: 1, stsSeen: 1,
+		pods: map[int32]*simPod{}, claims: map[int32]*simClaim{}}
+	w.members = []*simMember{{id: 1, peerURL: mdPeerURL("etc-0"), name: "etc-0", index: 5000}}
+	w.nextID = 2
+	w.leader = 1
+	w.claims[0] = &simClaim{uid: w.uid(), data: 1, stamp: 1}
+	w.pods[0] = &simPod{claimUID: w.claims[0].uid, nodeReady: true, serves: 1, age: 1}
+	return w
+}
+
+func (w *simWorld) uid() string { w.nextUID++; return fmt.Sprintf("claim-%d", w.nextUID) }
+
+func (w *simWorld) member(id uint64) *simMember {
+	for _, m := range w.members {
+		if m.id == id {
+			return m
+		}
+	}
+	return nil
+}
+
+func (w *simWorld) memberAt(k int32) *simMember {
+	for _, m := range w.members {
+		if m.peerURL == mdPeerURL(mdName(k)) {
+			return m
+		}
+	}
+	return nil
+}
+
+func simOrd(name string) int32 {
+	var k int32
+	fmt.Sscanf(name, "etc-%d", &k)
+	return k
+}
+
+// intact: a started voting member served by a pod on its own data.
+func (w *simWorld) intact(m *simMember) bool {
+	if m.learner || m.name == "" {
+		return false
+	}
+	k := simOrd(m.name)
+	p, c := w.pods[k], w.claims[k]
+	return p != nil && p.serves == m.id && c != nil && c.uid == p.claimUID && c.data == m.id && c.stamp == m.id
+}
+
+func (w *simWorld) serving(id uint64) bool {
+	for _, p := range w.pods {
+		if p.serves == id {
+			return true
+		}
+	}
+	return false
+}
+
+// settle runs the StatefulSet controller, the kubelets and etcd until the next pass.
+func (w *simWorld) settle() {
+	// Claims marked for deletion go once no pod mounts them.
+	for k, c := range w.claims {
+		if p := w.pods[k]; c.deleting && (p == nil || p.claimUID != c.uid) {
+			delete(w.claims, k)
+		}
+	}
+	// The StatefulSet controller: Parallel, creates missing claims with the pod, and acts on
+	// the replicas it saw one pass ago.
+	for k := range w.pods {
+		if k >= w.stsSeen {
+			if w.pods[k].nodeReady {
+				delete(w.pods, k)
+			} else {
+				w.pods[k].deleting = true
+			}
+		}
+	}
+	for k := int32(0); k < w.stsSeen; k++ {
+		if w.pods[k] != nil {
+			continue
+		}
+		if w.claims[k] == nil {
+			w.claims[k] = &simClaim{uid: w.uid()}
+		}
+		w.pods[k] = &simPod{claimUID: w.claims[k].uid, nodeReady: true}
+	}
+	// etcd in each pod.
+	for k, p := range w.pods {
+		p.serves = 0
+		c := w.claims[k]
+		m := w.memberAt(k)
+		p.age++
+		switch {
+		case p.age < 2:
+			// Created this pass: the container is not up yet.
+		case !p.nodeReady || p.deleting || c == nil || c.uid != p.claimUID:
+			// Unreachable, or (the model keeps it simple) pending on a claim that is not its own.
+		case c.data != 0:
+			// etcd restarts as the member its WAL names; a removed member exits.
+			if dm := w.member(c.data); dm != nil && dm == m {
+				p.serves = m.id
+			}
+		case m != nil:
+			// Empty data dir: etcd joins as the member listed with its peer URL.
+			if m.name == "" {
+				m.name = mdName(k)
+				m.index = 0
+			}
+			c.data = m.id
+			p.serves = m.id
+		}
+		if m != nil && p.serves == m.id && m.learner {
+			c.stamp = m.id // the controller records a learner's claim
+		}
+		if p.serves == 0 && p.nodeReady && p.age >= 2 {
+			if p.failingSince.IsZero() {
+				p.failingSince = w.now
+			}
+			p.restarts++
+		} else if p.serves != 0 {
+			p.failingSince = time.Time{}
+		}
+	}
+	// Raft: the leader must be a serving voter with a quorum of serving voters behind it.
+	voters, up := 0, 0
+	for _, m := range w.members {
+		if !m.learner {
+			voters++
+			if w.serving(m.id) {
+				up++
+			}
+		}
+	}
+	if w.leader != 0 && (w.member(w.leader) == nil || !w.serving(w.leader) || up < voters/2+1) {
+		w.leader = 0
+	}
+	if w.leader == 0 && voters > 0 && up >= voters/2+1 {
+		for _, m := range w.members {
+			if !m.learner && w.serving(m.id) && (w.leader == 0 || m.id < w.leader) {
+				w.leader = m.id
+			}
+		}
+	}
+	w.stsSeen = w.sts
+	if w.leader != 0 {
+		w.index += 10
+		for _, m := range w.members {
+			if !w.serving(m.id) {
+				continue
+			}
+			if m.learner {
+				m.index = min(w.index, m.index+1500) // a learner needs a few passes to catch up
+			} else {
+				m.index = w.index
+			}
+		}
+	}
+}
+
+func (w *simWorld) observe() memberObservation {
+	o := memberObservation{Desired: w.desired, StatefulSet: "etc", StsReplicas: w.sts, Bootstrapped: true, PeerURL: mdPeerURL,
+		LearnerMaxLag: 100, LostMemberTimeout: simTimeout, DeletePVCOnScaleIn: w.deletePVC, Now: w.now}
+	if w.intent != nil {
+		in := *w.intent
+		o.Intent = &in
+	}
+	ords := map[int32]bool{}
+	for k := range w.pods {
+		ords[k] = true
+	}
+	for k := range w.claims {
+		ords[k] = true
+	}
+	keys := make([]int32, 0, len(ords))
+	for k := range ords {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, k := range keys {
+		pi := podInfo{Name: mdName(k), Ordinal: k, NodeReady: true}
+		if p := w.pods[k]; p != nil {
+			pi.Exists, pi.Deleting, pi.NodeReady, pi.NodeNotReadySince = true, p.deleting, p.nodeReady, p.notReadySince
+			pi.Running, pi.Ready = p.serves != 0, p.serves != 0
+			pi.CrashLooping, pi.FailingSince, pi.RestartCount = p.serves == 0 && p.nodeReady && !p.failingSince.IsZero(), p.failingSince, p.restarts
+		}
+		if c := w.claims[k]; c != nil {
+			pi.PVCExists, pi.PVCUID, pi.PVCDeleting = true, c.uid, c.deleting
+			if m := w.memberAt(k); m != nil && m.name != "" {
+				pi.PVCFresh = c.stamp != m.id
+			}
+		}
+		o.Pods = append(o.Pods, pi)
+	}
+	if w.leader == 0 {
+		return o
+	}
+	obs := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
+	for _, m := range w.members {
+		em := etcd.Member{ID: m.id, Name: m.name, PeerURLs: []string{m.peerURL}, IsLearner: m.learner}
+		if m.name != "" {
+			em.ClientURLs = []string{"http://" + m.name + ":2379"}
+		}
+		obs.Cluster.Members = append(obs.Cluster.Members, em)
+		if w.serving(m.id) {
+			obs.Status[m.id] = etcd.MemberStatus{ID: m.id, Leader: w.leader, RaftIndex: m.index, IsLearner: m.learner}
+		} else {
+			obs.StatusErr[m.id] = errors.New("unreachable")
+		}
+	}
+	o.Etcd = obs
+	return o
+}
+
+// apply carries out a, failing the test on any step a careful operator must never take.
+func (w *simWorld) apply(a membershipAction) {
+	t := w.t
+	t.Helper()
+	switch a.Kind {
+	case actRecordIntent:
+		in := *a.Intent
+		w.intent = &in
+	case actClearIntent:
+		w.intent = nil
+	case actAddLearner:
+		for _, m := range w.members {
+			if m.learner {
+				t.Fatalf("AddLearner %s while learner %x exists", a.Member, m.id)
+			}
+			if m.peerURL == a.PeerURL {
+				t.Fatalf("AddLearner %s: peer URL already a member", a.Member)
+			}
+		}
+		w.members = append(w.members, &simMember{id: w.nextID, peerURL: a.PeerURL, learner: true})
+		w.nextID++
+	case actPromoteLearner:
+		m := w.member(a.ID)
+		if m == nil || !m.learner || m.name == "" || w.index-m.index > 100 {
+			t.Fatalf("PromoteLearner %x: not a caught-up learner", a.ID)
+		}
+		m.learner = false
+	case actRemoveMember:
+		for i, m := range w.members {
+			if m.id == a.ID {
+				w.members = append(w.members[:i], w.members[i+1:]...)
+				break
+			}
+		}
+		if a.ID == w.leader {
+			w.leader = 0
+		}
+	case actMoveLeader:
+		if a.ID != w.leader || w.member(a.Target) == nil || w.member(a.Target).learner || !w.serving(a.Target) {
+			t.Fatalf("MoveLeader %x -> %x: leader is %x", a.ID, a.Target, w.leader)
+		}
+		w.leader = a.Target
+	case actScaleStatefulSet:
+		w.sts = a.Replicas
+	case actDeletePVC:
+		k := simOrd(a.Member)
+		if m := w.memberAt(k); m != nil && w.intact(m) {
+			t.Fatalf("DeletePVC %s: the data of a voting member", a.Member)
+		}
+		if c := w.claims[k]; c != nil {
+			c.deleting = true
+		}
+	case actDeletePod:
+		k := simOrd(a.Member)
+		if m := w.memberAt(k); m != nil && !m.learner && w.serving(m.id) {
+			t.Fatalf("DeletePod %s: the pod of a voting member", a.Member)
+		}
+		if p := w.pods[k]; p != nil {
+			if p.nodeReady || a.Force {
+				delete(w.pods, k)
+			} else {
+				p.deleting = true
+			}
+		}
+	case actWait, actNone:
+	default:
+		t.Fatalf("unknown action %s", a.Kind)
+	}
+}
+
+// check asserts the invariants after each step: quorum of voting members on their own data,
+// at most one learner.
+func (w *simWorld) check(step int, a membershipAction) {
+	w.t.Helper()
+	voters, intact, learners := 0, 0, 0
+	for _, m := range w.members {
+		if m.learner {
+			learners++
+			continue
+		}
+		voters++
+		if w.intact(m) {
+			intact++
+		}
+	}
+	if learners > 1 {
+		w.t.Fatalf("step %d (%s %s): %d learners\n%s", step, a.Kind, a.Member, learners, strings.Join(w.log, "\n"))
+	}
+	if voters == 0 || intact < voters/2+1 {
+		w.t.Fatalf("step %d (%s %s): quorum lost: %d of %d voting members intact\n%s", step, a.Kind, a.Member, intact, voters, strings.Join(w.log, "\n"))
+	}
+}
+
+// converged: etcd-0..desired-1 vote on their own data, the StatefulSet matches, no intent,
+// and (delete policy) no claim above the StatefulSet.
+func (w *simWorld) converged() bool {
+	if w.intent != nil || w.sts != w.desired || int32(len(w.members)) != w.desired {
+		return false
+	}
+	for k := int32(0); k < w.desired; k++ {
+		if m := w.memberAt(k); m == nil || !w.intact(m) {
+			return false
+		}
+	}
+	for k := range w.claims {
+		if k >= w.desired && w.deletePVC {
+			return false
+		}
+	}
+	return true
+}
+
+// run passes until the decision is None and the world converged, within limit passes. Each
+// action's effect is dropped with probability drop (the operator crashed before it took
+// effect; a recorded intent stays).
+func (w *simWorld) run(limit int, rng *rand.Rand, drop float64) int {
+	w.t.Helper()
+	for step := 1; step <= limit; step++ {
+		a := decideMembership(w.observe())
+		dropped := rng != nil && a.Kind != actWait && a.Kind != actNone && rng.Float64() < drop
+		w.log = append(w.log, fmt.Sprintf("%3d %-16s %-6s %x r=%d force=%v %-14s dropped=%v %s", step, a.Kind, a.Member, a.ID, a.Replicas, a.Force, a.Reason, dropped, a.Message))
+		if a.Kind == actNone {
+			if !w.converged() {
+				w.t.Fatalf("step %d: None but not converged\n%s", step, strings.Join(w.log, "\n"))
+			}
+			return step
+		}
+		if !dropped {
+			w.apply(a)
+		}
+		w.now = w.now.Add(time.Second)
+		w.settle()
+		w.check(step, a)
+	}
+	w.t.Fatalf("no convergence within %d passes\n%s", limit, strings.Join(w.log, "\n"))
+	return 0
+}
+
+func simScale(t *testing.T, rng *rand.Rand, drop float64, limit int) {
+	w := newSimWorld(t)
+	for _, n := range []int32{3, 5, 3, 1} {
+		w.desired = n
+		w.log = append(w.log, fmt.Sprintf("--- spec.replicas = %d", n))
+		w.run(limit, rng, drop)
+	}
+}
+
+// simReplace starts from three members and breaks one with fault.
+func simReplace(t *testing.T, rng *rand.Rand, drop float64, limit int, fault func(w *simWorld)) {
+	w := newSimWorld(t)
+	w.desired = 3
+	w.run(limit, nil, 0)
+	fault(w)
+	w.log = append(w.log, "--- fault")
+	w.settle()
+	w.run(limit, rng, drop)
+}
+
+var simFaults = map[string]func(w *simWorld){
+	// The member's claim and pod are deleted: the StatefulSet re-creates both, etcd starts
+	// on an empty volume under the old member ID.
+	"wiped data": func(w *simWorld) {
+		w.claims[1] = &simClaim{uid: w.uid()}
+		w.pods[1] = &simPod{claimUID: w.claims[1].uid, nodeReady: true}
+	},
+	// The node of etc-2 stops: its pod stays, unreachable.
+	"dead node": func(w *simWorld) {
+		p := w.pods[2]
+		p.nodeReady, p.notReadySince = false, w.now
+	},
+	// The leader's node stops.
+	"dead leader node": func(w *simWorld) {
+		p := w.pods[0]
+		p.nodeReady, p.notReadySince = false, w.now
+	},
+}
+
+func TestDecideMembershipSimulatedScale(t *testing.T) {
+	simScale(t, nil, 0, 60)
+}
+
+func TestDecideMembershipSimulatedReplace(t *testing.T) {
+	for name, fault := range simFaults {
+		t.Run(name, func(t *testing.T) { simReplace(t, nil, 0, 100, fault) })
+	}
+}
+
+// Scale in from five with a broken middle member: the broken one goes first, its ordinal is
+// re-added on a fresh volume, and the cluster ends on etc-0..2, all healthy.
+func TestDecideMembershipSimulatedScaleInBrokenMiddle(t *testing.T) {
+	w := newSimWorld(t)
+	w.desired = 5
+	w.run(100, nil, 0)
+	p := w.pods[1]
+	p.nodeReady, p.notReadySince = false, w.now
+	w.settle()
+	w.desired = 3
+	w.run(200, nil, 0)
+}
+
+// Crashes: drop the effect of random steps; every run must still converge, never lose quorum
+// and never hold two learners.
+func TestDecideMembershipSimulatedCrashes(t *testing.T) {
+	for seed := int64(1); seed <= 40; seed++ {
+		t.Run(fmt.Sprintf("scale seed %d", seed), func(t *testing.T) {
+			simScale(t, rand.New(rand.NewSource(seed)), 0.35, 400)
+		})
+		for name, fault := range simFaults {
+			t.Run(fmt.Sprintf("%s seed %d", name, seed), func(t *testing.T) {
+				simReplace(t, rand.New(rand.NewSource(seed)), 0.35, 400, fault)
+			})
 		}
 	}
 }
