@@ -81,6 +81,11 @@ type EtcdClusterSpec struct {
 	// +optional
 	Etcd EtcdSettings `json:"etcd,omitempty"`
 
+	// Membership tunes member replacement.
+	// +kubebuilder:default={}
+	// +optional
+	Membership MembershipSpec `json:"membership,omitempty"`
+
 	// Chart customizes the chart render.
 	// +optional
 	Chart ChartSpec `json:"chart,omitempty"`
@@ -108,11 +113,49 @@ type StorageSpec struct {
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
+	// Retention decides what happens to members' volume claims when members are removed.
+	// +optional
+	Retention VolumeRetention `json:"retention,omitempty"`
+
 	// Ephemeral opts into emptyDir volumes instead of PersistentVolumeClaims: a member whose pod
 	// is deleted loses its data and must be replaced. For tests and caches only; the status
 	// carries a warning condition while it is set. Immutable after creation.
 	// +optional
 	Ephemeral *bool `json:"ephemeral,omitempty"`
+}
+
+// RetentionAction is what happens to a removed member's volume claim.
+// +kubebuilder:validation:Enum=Delete;Retain
+type RetentionAction string
+
+const (
+	// RetentionDelete deletes the claim (and so, with a Delete reclaim policy, the data).
+	RetentionDelete RetentionAction = "Delete"
+	// RetentionRetain keeps the claim. Its data is never reused by a later member.
+	RetentionRetain RetentionAction = "Retain"
+)
+
+// VolumeRetention says what happens to volume claims of removed members.
+type VolumeRetention struct {
+	// WhenScaledIn applies to the claim of a member removed by a scale-in. Default Delete: a
+	// removed member's data can never rejoin the cluster.
+	// +kubebuilder:default=Delete
+	// +optional
+	WhenScaledIn RetentionAction `json:"whenScaledIn,omitempty"`
+	// WhenDeleted applies to every claim when the EtcdCluster is deleted. Default Retain:
+	// deleting a cluster never deletes its data unless asked.
+	// +kubebuilder:default=Retain
+	// +optional
+	WhenDeleted RetentionAction `json:"whenDeleted,omitempty"`
+}
+
+// MembershipSpec tunes how the operator changes etcd's membership.
+type MembershipSpec struct {
+	// ReplaceAfter is how long a member may be lost (its pod on a NotReady node, or failing
+	// to start) before the operator replaces it with a fresh member, while quorum holds.
+	// +kubebuilder:default="5m"
+	// +optional
+	ReplaceAfter *metav1.Duration `json:"replaceAfter,omitempty"`
 }
 
 // AutoCompactionMode is etcd's --auto-compaction-mode.

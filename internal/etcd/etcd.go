@@ -29,6 +29,7 @@ type Member struct {
 // MemberStatus is what one member reports about itself.
 type MemberStatus struct {
 	ID        uint64
+	ClusterID uint64 // the cluster the member belongs to, as it reports it
 	Version   string
 	DBSize    int64
 	Leader    uint64
@@ -114,7 +115,7 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
 	}
 	return MemberStatus{
-		ID: resp.Header.MemberId, Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader,
+		ID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId, Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader,
 		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
 	}, nil
 }
