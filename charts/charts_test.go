@@ -420,12 +420,26 @@ func TestPodDisruptionBudgetKeepsQuorum(t *testing.T) {
 		if pdb.Spec.MaxUnavailable != nil {
 			t.Errorf("replicas %d: maxUnavailable set as well", n)
 		}
+		// Operator mode: replicas and the initial cluster are the operator's.
 		s := statefulSet(t, objs, f.cluster.Name)
+		if s.Spec.Replicas != nil || argValue(s, "--initial-cluster=") != "" || argValue(s, "--initial-cluster-state=") != "" {
+			t.Errorf("replicas %d: with a membership ConfigMap the chart still sets replicas %v or the initial cluster", n, s.Spec.Replicas)
+		}
+		if env := s.Spec.Template.Spec.Containers[0].EnvFrom; len(env) != 1 || env[0].ConfigMapRef == nil || env[0].ConfigMapRef.Name != f.cluster.Name+"-membership" {
+			t.Errorf("replicas %d: envFrom %+v", n, env)
+		}
+
+		// The chart alone: every ordinal in the first formation.
+		alone := values.Merge(v, map[string]any{"operator": map[string]any{"membershipConfigMap": ""}})
+		s = statefulSet(t, render(t, r, f.release(), alone), f.cluster.Name)
 		if s.Spec.Replicas == nil || int(*s.Spec.Replicas) != n {
 			t.Errorf("replicas %d: StatefulSet replicas = %v", n, s.Spec.Replicas)
 		}
 		if got := strings.Count(argValue(s, "--initial-cluster="), "=http://"); got != n {
 			t.Errorf("replicas %d: --initial-cluster has %d members", n, got)
+		}
+		if len(s.Spec.Template.Spec.Containers[0].EnvFrom) != 0 {
+			t.Errorf("replicas %d: the chart alone reads a membership ConfigMap", n)
 		}
 	}
 }

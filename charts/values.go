@@ -22,6 +22,15 @@ type Values struct {
 	PriorityClassName         string                            `json:"priorityClassName,omitempty"`
 	PodLabels                 map[string]string                 `json:"podLabels,omitempty"`
 	PodAnnotations            map[string]string                 `json:"podAnnotations,omitempty"`
+	Operator                  OperatorValues                    `json:"operator,omitempty"`
+}
+
+// OperatorValues is the chart's operator block: what the operator takes over from the chart.
+type OperatorValues struct {
+	// MembershipConfigMap names the ConfigMap with ETCD_INITIAL_CLUSTER and
+	// ETCD_INITIAL_CLUSTER_STATE; when set, the chart also leaves the StatefulSet's replicas
+	// to the operator.
+	MembershipConfigMap string `json:"membershipConfigMap,omitempty"`
 }
 
 // ImageValues is the chart's image block.

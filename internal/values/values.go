@@ -42,6 +42,7 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	if s.Replicas != nil {
 		v.Replicas = *s.Replicas
 	}
+	v.Operator.MembershipConfigMap = MembershipConfigMapName(c.Name)
 	v.Image.Repository = s.Image
 	v.Etcd.Version = s.Version
 	if v.Etcd.Version == "" {
@@ -88,6 +89,10 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	v.Etcd.ExtraArgs = e.ExtraArgs
 	return v, nil
 }
+
+// MembershipConfigMapName is the ConfigMap through which the operator tells joining members
+// the initial cluster and its state.
+func MembershipConfigMapName(cluster string) string { return cluster + "-membership" }
 
 // Compute returns the chart values for c: Typed, with spec.chart.values merged over it (maps
 // merge key by key, anything else replaces, null deletes, as in Helm). The inventory label and
