@@ -64,7 +64,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers.
 verify: generate manifests lint ## Regenerate and fail if anything generated differs from what is committed.
 	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
 	  echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-	  git status --porcelain -- api config; git diff -- api config | head -50; exit 1; fi
+	  git status --porcelain -- api config; git diff --stat -- api config; exit 1; fi
 
 .PHONY: lint
 lint: ## go vet and gofmt.

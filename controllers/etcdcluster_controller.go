@@ -16,14 +16,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
@@ -43,6 +46,12 @@ const (
 	RequeueSettled     = 60 * time.Second
 	RequeueProgressing = 5 * time.Second
 )
+
+// stepWaits are the waits inside a membership change that end by themselves within seconds.
+var stepWaits = map[string]bool{
+	reasonWaitingForPod: true, reasonPodTerminating: true, reasonVolumeDeleting: true,
+	reasonLearnerStarting: true, reasonLearnerCatchingUp: true, reasonMemberStarting: true,
+}
 
 // OwnedKinds are the kinds the chart renders. The controller watches them, prunes them and
 // deletes them with the cluster.
@@ -92,7 +101,9 @@ func (r *EtcdClusterReconciler) init() {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
@@ -109,6 +120,8 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.ServiceAccount{}).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabel)).
 		Complete(r)
 }
 
@@ -182,16 +195,35 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if err := r.observe(ctx, c, topo, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
+	var memberErr error
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil {
+		ms, err := r.reconcileMembership(ctx, c, topo, &obs)
+		obs.membership, memberErr = &ms.action, err
+	}
 	setStatus(c, obs, topo)
 
 	switch {
 	case applyErr != nil:
 		return ctrl.Result{}, applyErr
+	case memberErr != nil:
+		return ctrl.Result{}, memberErr
 	case specErr != nil:
 		logger.Info("spec cannot be rendered; waiting for it to change", "error", specErr.Error())
 		return ctrl.Result{}, nil
 	}
 	c.Status.ObservedGeneration = c.Generation
+	if a := obs.membership; a != nil && a.Kind != actNone && a.Kind != actWait {
+		return ctrl.Result{RequeueAfter: requeueMembership}, nil
+	}
+	if a := obs.membership; a != nil && a.Kind == actWait {
+		if stepWaits[a.Reason] {
+			// A learner starting or catching up shows up in etcd, not as a Kubernetes event.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		if a.RequeueAfter > 0 && a.RequeueAfter < RequeueProgressing {
+			return ctrl.Result{RequeueAfter: a.RequeueAfter}, nil
+		}
+	}
 	if isTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
 		return ctrl.Result{RequeueAfter: RequeueProgressing}, nil
 	}
@@ -243,4 +275,13 @@ func (r *EtcdClusterReconciler) inventory(c *v1alpha1.EtcdCluster, keep []*unstr
 		Kinds:     OwnedKinds,
 		Keep:      keep,
 	}
+}
+
+// clusterOfLabel maps an object carrying the inventory label to its EtcdCluster.
+func clusterOfLabel(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[v1alpha1.LabelCluster]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }

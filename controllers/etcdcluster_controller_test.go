@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -76,10 +78,45 @@ func waitStatefulSet(t testing.TB, ns string) *appsv1.StatefulSet {
 	return sts
 }
 
-// markReady plays the StatefulSet controller (envtest runs none): all pods exist, run the
-// current template and are ready.
+// markReady plays the StatefulSet controller and the kubelet (envtest runs neither): all
+// pods and their volume claims exist, pods run the current template and are ready.
 func markReady(t testing.TB, ns string) {
 	t.Helper()
+	eventually(t, timeout, "StatefulSet scaled by the operator", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != specReplicasOf(t, ns) {
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	sts := &appsv1.StatefulSet{}
+	if err := getObject(ns, "etcd", sts); err != nil {
+		t.Fatal(err)
+	}
+	for i := int32(0); i < *sts.Spec.Replicas; i++ {
+		name := fmt.Sprintf("etcd-%d", i)
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-" + name, Namespace: ns,
+			Labels: map[string]string{v1alpha1.LabelCluster: "etcd"}}}
+		pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		pvc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		if err := env.Client.Create(context.Background(), pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: sts.Spec.Template.Labels}}
+		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd"}}
+		if err := env.Client.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
+		if err := env.Client.Status().Update(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
 	eventually(t, timeout, "StatefulSet status update", func() error {
 		sts := &appsv1.StatefulSet{}
 		if err := getObject(ns, "etcd", sts); err != nil {
@@ -127,9 +164,27 @@ func TestAppliesChartObjectsWithOwnerAndFinalizer(t *testing.T) {
 	if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != getCluster(t, ns).UID {
 		t.Fatalf("StatefulSet is not controlled by the EtcdCluster: %+v", sts.OwnerReferences)
 	}
-	if *sts.Spec.Replicas != 3 || sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
-		t.Fatalf("StatefulSet replicas %d strategy %s", *sts.Spec.Replicas, sts.Spec.UpdateStrategy.Type)
+	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Fatalf("StatefulSet strategy %s", sts.Spec.UpdateStrategy.Type)
 	}
+	// The operator owns the replicas: all members of the first formation at once.
+	eventually(t, timeout, "StatefulSet at 3 replicas", func() error {
+		s := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", s); err != nil {
+			return err
+		}
+		if s.Spec.Replicas == nil || *s.Spec.Replicas != 3 {
+			return fmt.Errorf("replicas %v", s.Spec.Replicas)
+		}
+		cm := &corev1.ConfigMap{}
+		if err := getObject(ns, "etcd-membership", cm); err != nil {
+			return err
+		}
+		if cm.Data["ETCD_INITIAL_CLUSTER_STATE"] != "new" || strings.Count(cm.Data["ETCD_INITIAL_CLUSTER"], "=http://") != 3 {
+			return fmt.Errorf("membership ConfigMap %v", cm.Data)
+		}
+		return nil
+	})
 	got := waitCondition(t, ns, v1alpha1.ConditionProgressing, "True/"+v1alpha1.ReasonCreating)
 	if !controllerutilContains(got.Finalizers, v1alpha1.FinalizerName) {
 		t.Fatalf("finalizer missing: %v", got.Finalizers)
@@ -140,6 +195,14 @@ func TestAppliesChartObjectsWithOwnerAndFinalizer(t *testing.T) {
 	if condition(got, v1alpha1.ConditionAvailable) != "False/"+v1alpha1.ReasonQuorumNotReady {
 		t.Fatalf("Available: %s", condition(got, v1alpha1.ConditionAvailable))
 	}
+}
+
+func specReplicasOf(t testing.TB, ns string) int32 {
+	c := getCluster(t, ns)
+	if c.Spec.Replicas == nil {
+		return 3
+	}
+	return *c.Spec.Replicas
 }
 
 func controllerutilContains(list []string, s string) bool {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,8 @@ type topology struct {
 	namespace   string
 	clientPort  int32
 	selector    labels.Selector
+	// peerURLTemplate is the advertised peer URL with $(POD_NAME) in it.
+	peerURLTemplate string
 }
 
 // topologyOf reads the topology from the rendered StatefulSet, falling back to the chart's
@@ -68,7 +71,8 @@ type topology struct {
 func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 	t := topology{
 		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
-		selector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
+		peerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
+		selector:        labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
 	}
 	for _, o := range desired {
 		if o.GetKind() != "StatefulSet" {
@@ -85,6 +89,11 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 			}
 		}
 		for _, ctr := range sts.Spec.Template.Spec.Containers {
+			for _, a := range ctr.Args {
+				if v, ok := strings.CutPrefix(a, "--initial-advertise-peer-urls="); ok {
+					t.peerURLTemplate = strings.Split(v, ",")[0]
+				}
+			}
 			for _, p := range ctr.Ports {
 				if p.Name == "client" {
 					t.clientPort = p.ContainerPort

@@ -33,6 +33,21 @@ type observation struct {
 
 	etcd    *etcd.Observed // nil when etcd was not asked or did not answer
 	etcdErr error
+
+	// membership is the membership step of this pass; nil when none was considered
+	// (paused, invalid spec, nothing applied yet).
+	membership *membershipAction
+}
+
+// degradingWaits are membership waits that need the user's attention.
+var degradingWaits = map[string]bool{
+	reasonSplitBrain: true, reasonQuorumLost: true, reasonUnknownMember: true, reasonStaleVolume: true,
+	reasonInvalidIntent: true, reasonEtcdUnreachable: true, reasonQuorumAtRisk: true,
+}
+
+// membershipProgress reports whether the membership step is a change under way.
+func membershipProgress(a *membershipAction) bool {
+	return a != nil && a.Kind != actNone && !degradingWaits[a.Reason] && a.Reason != reasonReconciled && a.Reason != ""
 }
 
 // observe reads the StatefulSet from the cache and, when a member pod is ready, asks etcd.
@@ -216,6 +231,8 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, "waiting for a valid spec"
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
+	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != reasonBootstrapping):
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case !o.wasAvailable && (stsOutdated(o.sts) || o.sts.Status.ReadyReplicas < o.specReplicas):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
 		c.Message = fmt.Sprintf("%d of %d members ready", o.sts.Status.ReadyReplicas, o.specReplicas)
@@ -247,6 +264,8 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, o.specErr.Error()
 	case o.applyErr != nil:
 		c.Reason, c.Message = v1alpha1.ReasonApplyFailed, o.applyErr.Error()
+	case o.membership != nil && degradingWaits[o.membership.Reason]:
+		c.Reason, c.Message = o.membership.Reason, o.membership.Message
 	case o.etcd != nil && len(unhealthyMembers(*o.etcd)) > 0:
 		c.Reason, c.Message = v1alpha1.ReasonMembersUnhealthy, "unhealthy members: "+strings.Join(unhealthyMembers(*o.etcd), "; ")
 	case o.sts != nil && prog.Status == metav1.ConditionFalse && o.sts.Status.ReadyReplicas < o.specReplicas:

@@ -62,11 +62,15 @@ func Scheme() *runtime.Scheme {
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme := Scheme()
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
+	member, _ := labels.Parse(v1alpha1.LabelCluster)
 	byObject := map[client.Object]cache.ByObject{
 		&appsv1.StatefulSet{}:           {Label: managed},
 		&corev1.Service{}:               {Label: managed},
 		&corev1.ServiceAccount{}:        {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
+		&corev1.ConfigMap{}:             {Label: managed},
+		&corev1.Pod{}:                   {Label: managed},
+		&corev1.PersistentVolumeClaim{}: {Label: member},
 	}
 	cacheOpts := cache.Options{ByObject: byObject}
 	if o.WatchNamespace != "" {

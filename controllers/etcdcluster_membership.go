@@ -1,0 +1,481 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	unstructuredv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+// Membership bookkeeping on Kubernetes objects.
+const (
+	// IntentAnnotation on the EtcdCluster holds the membership change in progress (JSON). It is
+	// written before the first irreversible etcd call of a change and removed when it ends.
+	IntentAnnotation = "etcdpilot.io/membership-intent"
+	// MemberIDAnnotation on a member's volume claim names the etcd member whose data it holds,
+	// stamped once the member has started on it.
+	MemberIDAnnotation = "etcdpilot.io/member-id"
+	// MembershipFieldOwner is the field manager of the StatefulSet's replicas and of the
+	// membership ConfigMap.
+	MembershipFieldOwner = "etcd-pilot-membership"
+	// FaultAfterEnv names an action kind after which the operator exits (tests of crash
+	// safety only: the end-to-end suite sets it to kill the operator between two steps).
+	FaultAfterEnv = "ETCD_PILOT_FAULT_AFTER"
+
+	// learnerMaxLag is how far a started learner may trail the leader and be promoted.
+	learnerMaxLag = 1000
+	// defaultReplaceAfter mirrors the CRD default of spec.membership.replaceAfter.
+	defaultReplaceAfter = 5 * time.Minute
+	// requeueMembership is how soon the next step of a membership change is looked at.
+	requeueMembership = 500 * time.Millisecond
+)
+
+// membershipState is what reconcileMembership learned, for the status.
+type membershipState struct {
+	action membershipAction
+	err    error
+}
+
+// reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
+// StatefulSet's replicas, and carries out at most one membership step.
+func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membershipState, error) {
+	mo, err := r.memberObservation(ctx, c, t, o)
+	if err != nil {
+		return membershipState{}, err
+	}
+	bootstrapping := !mo.Bootstrapped && mo.Etcd == nil
+	var a membershipAction
+	if bootstrapping {
+		a = membershipAction{Kind: actWait, Reason: reasonBootstrapping, Message: fmt.Sprintf("the first %d members are forming the cluster", mo.Desired)}
+	} else {
+		a = decideMembership(mo)
+	}
+	if err := r.ensureMembershipConfig(ctx, c, t, mo, bootstrapping); err != nil {
+		return membershipState{action: a}, err
+	}
+	if bootstrapping {
+		return membershipState{action: a}, r.scaleStatefulSet(ctx, c, t, mo.Desired, mo.StsReplicas)
+	}
+	if err := r.stampClaims(ctx, c, mo); err != nil {
+		return membershipState{action: a}, err
+	}
+	err = r.act(ctx, c, t, mo, a)
+	return membershipState{action: a, err: err}, err
+}
+
+// memberObservation gathers one pass's view for decideMembership.
+func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (memberObservation, error) {
+	mo := memberObservation{
+		Desired: specReplicas(c), StatefulSet: t.statefulSet, Etcd: o.etcd,
+		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && len(o.etcd.Cluster.Members) > 0),
+		PeerURL:      t.peerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
+		DeletePVCOnScaleIn: c.Spec.Storage.Retention.WhenScaledIn != v1alpha1.RetentionRetain,
+		Now:                time.Now(),
+	}
+	if d := c.Spec.Membership.ReplaceAfter; d != nil {
+		mo.LostMemberTimeout = d.Duration
+	}
+	if o.sts != nil && o.sts.Spec.Replicas != nil {
+		mo.StsReplicas = *o.sts.Spec.Replicas
+	}
+	if raw := c.Annotations[IntentAnnotation]; raw != "" {
+		in := &membershipIntent{}
+		if err := json.Unmarshal([]byte(raw), in); err != nil {
+			// An unreadable intent must not be mistaken for none: the engine abandons it
+			// (InvalidIntent) and starts over from etcd's member list.
+			in = &membershipIntent{Op: "unreadable", Reason: err.Error()}
+		}
+		mo.Intent = in
+	}
+	if o.etcd != nil {
+		for _, st := range o.etcd.Status {
+			if st.ClusterID != 0 && st.ClusterID != o.etcd.Cluster.ClusterID {
+				mo.SplitBrain = true
+			}
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return mo, fmt.Errorf("failed to list member pods: %w", err)
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := r.Client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
+		return mo, fmt.Errorf("failed to list member volume claims: %w", err)
+	}
+	byOrdinal := map[int32]*podInfo{}
+	info := func(k int32) *podInfo {
+		if p, ok := byOrdinal[k]; ok {
+			return p
+		}
+		p := &podInfo{Name: fmt.Sprintf("%s-%d", t.statefulSet, k), Ordinal: k, NodeReady: true}
+		byOrdinal[k] = p
+		return p
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		k, ok := ordinal(t.statefulSet, pod.Name)
+		if !ok {
+			continue
+		}
+		p := info(k)
+		p.Exists, p.Deleting = true, pod.DeletionTimestamp != nil
+		p.FailingSince = pod.CreationTimestamp.Time
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodReady {
+				p.Ready = cond.Status == corev1.ConditionTrue
+				if !p.Ready && !cond.LastTransitionTime.IsZero() {
+					p.FailingSince = cond.LastTransitionTime.Time
+				}
+			}
+		}
+		for _, cs := range pod.Status.ContainerStatuses {
+			p.Running = cs.State.Running != nil
+			p.RestartCount = cs.RestartCount
+			p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+		}
+		if pod.Spec.NodeName != "" {
+			node := &corev1.Node{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
+				for _, cond := range node.Status.Conditions {
+					if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+						p.NodeReady, p.NodeNotReadySince = false, cond.LastTransitionTime.Time
+					}
+				}
+			} else if apierrors.IsNotFound(err) {
+				p.NodeReady, p.NodeNotReadySince = false, pod.CreationTimestamp.Time
+			}
+		}
+	}
+	memberIDs := map[string]uint64{}
+	if o.etcd != nil {
+		for _, m := range o.etcd.Cluster.Members {
+			if m.Name != "" && len(m.ClientURLs) > 0 {
+				memberIDs[m.Name] = m.ID
+			}
+		}
+	}
+	claimList := map[string]*corev1.PersistentVolumeClaim{}
+	for i := range claims.Items {
+		pvc := &claims.Items[i]
+		podName, ok := strings.CutPrefix(pvc.Name, "data-")
+		if !ok {
+			continue
+		}
+		k, ok := ordinal(t.statefulSet, podName)
+		if !ok {
+			continue
+		}
+		p := info(k)
+		p.PVCExists, p.PVCUID, p.PVCDeleting = true, string(pvc.UID), pvc.DeletionTimestamp != nil
+		claimList[podName] = pvc
+	}
+	// A claim stamped with another member's ID cannot hold that member's data; nor can an
+	// unstamped claim in a cluster whose other claims are stamped (it was re-created) under a
+	// member that cannot start (the membership ConfigMap names no member outside a join).
+	anyStamped := false
+	for _, pvc := range claimList {
+		anyStamped = anyStamped || pvc.Annotations[MemberIDAnnotation] != ""
+	}
+	for podName, pvc := range claimList {
+		id, ok := memberIDs[podName]
+		k, _ := ordinal(t.statefulSet, podName)
+		p := byOrdinal[k]
+		if !ok {
+			continue
+		}
+		stamp := pvc.Annotations[MemberIDAnnotation]
+		p.PVCFresh = (stamp != "" && stamp != etcd.FormatID(id)) || (stamp == "" && anyStamped && !p.Running && p.RestartCount > 0)
+	}
+	if c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral {
+		// emptyDir data lives and dies with the pod: the pod plays the claim.
+		for _, p := range byOrdinal {
+			p.PVCExists, p.PVCDeleting = p.Exists, p.Deleting
+			if _, ok := memberIDs[p.Name]; ok {
+				p.PVCFresh = !p.Running && p.RestartCount > 0
+			}
+		}
+		for i := range pods.Items {
+			if k, ok := ordinal(t.statefulSet, pods.Items[i].Name); ok {
+				byOrdinal[k].PVCUID = string(pods.Items[i].UID)
+			}
+		}
+	}
+	for _, p := range byOrdinal {
+		mo.Pods = append(mo.Pods, *p)
+	}
+	sort.Slice(mo.Pods, func(i, j int) bool { return mo.Pods[i].Ordinal < mo.Pods[j].Ordinal })
+	return mo, nil
+}
+
+func ordinal(sts, pod string) (int32, bool) {
+	rest, ok := strings.CutPrefix(pod, sts+"-")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.ParseInt(rest, 10, 32)
+	if err != nil || k < 0 || strconv.FormatInt(k, 10) != rest {
+		return 0, false
+	}
+	return int32(k), true
+}
+
+// membershipEnv is what a starting member reads from the membership ConfigMap.
+//
+// During the first formation it lists every ordinal with state "new". While a learner joins
+// it lists the running members and the learner, with state "existing". Otherwise it names no
+// member at all: a member that lost its data then fails to start ("couldn't find local name")
+// instead of rejoining under its old identity with an empty log, and is replaced. Members with
+// data ignore both variables.
+func membershipEnv(mo memberObservation, bootstrapping bool) map[string]string {
+	if bootstrapping {
+		var parts []string
+		for k := int32(0); k < mo.Desired; k++ {
+			name := fmt.Sprintf("%s-%d", mo.StatefulSet, k)
+			parts = append(parts, name+"="+mo.PeerURL(name))
+		}
+		return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(parts, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}
+	}
+	joining := mo.Etcd != nil && mo.Intent != nil && (mo.Intent.Op == intentAdd || mo.Intent.Op == intentReplace)
+	learnerListed := false
+	var parts []string
+	if joining {
+		for _, m := range mo.Etcd.Cluster.Members {
+			name := m.Name
+			if name == "" || m.IsLearner {
+				for _, u := range m.PeerURLs {
+					if u == mo.Intent.PeerURL {
+						name, learnerListed = mo.Intent.Member, true
+					}
+				}
+			}
+			if name == "" || len(m.PeerURLs) == 0 {
+				continue
+			}
+			parts = append(parts, name+"="+m.PeerURLs[0])
+		}
+	}
+	if !joining || !learnerListed {
+		return map[string]string{"ETCD_INITIAL_CLUSTER": "no-member-is-joining=http://127.0.0.1:1", "ETCD_INITIAL_CLUSTER_STATE": "existing"}
+	}
+	sort.Strings(parts)
+	return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(parts, ","), "ETCD_INITIAL_CLUSTER_STATE": "existing"}
+}
+
+// ensureMembershipConfig applies the membership ConfigMap when its data differs.
+func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo memberObservation, bootstrapping bool) error {
+	data := membershipEnv(mo, bootstrapping)
+	name := values.MembershipConfigMapName(c.Name)
+	cur := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur)
+	if err == nil && mapsEqual(cur.Data, data) {
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to get ConfigMap %s/%s: %w", c.Namespace, name, err)
+	}
+	cm := &unstructuredv1.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{
+			"name": name, "namespace": c.Namespace,
+			"labels":      map[string]any{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+			"annotations": map[string]any{"etcdpilot.io/purpose": "initial cluster for members that join; written by the operator, read by etcd at start"},
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "EtcdCluster", "name": c.Name, "uid": string(c.UID),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"data": toAnyMap(data),
+	}}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.FieldOwner(MembershipFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("failed to apply ConfigMap %s/%s: %w", c.Namespace, name, err)
+	}
+	return nil
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func toAnyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// scaleStatefulSet sets the StatefulSet's replicas under the membership field owner, when
+// they differ.
+func (r *EtcdClusterReconciler) scaleStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, want, have int32) error {
+	if want == have {
+		return nil
+	}
+	sts := &unstructuredv1.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "StatefulSet",
+		"metadata": map[string]any{"name": t.statefulSet, "namespace": c.Namespace},
+		"spec":     map[string]any{"replicas": int64(want)},
+	}}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(sts), client.FieldOwner(MembershipFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("failed to scale StatefulSet %s/%s to %d: %w", c.Namespace, t.statefulSet, want, err)
+	}
+	return nil
+}
+
+// stampClaims records on each started, healthy member's claim which member's data it holds.
+func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.EtcdCluster, mo memberObservation) error {
+	if mo.Etcd == nil {
+		return nil
+	}
+	for _, m := range mo.Etcd.Cluster.Members {
+		st, ok := mo.Etcd.Status[m.ID]
+		if m.Name == "" || !ok || len(st.Errors) > 0 {
+			continue
+		}
+		for _, p := range mo.Pods {
+			if p.Name != m.Name || !p.PVCExists || !p.Running || p.PVCDeleting {
+				continue
+			}
+			pvc := &corev1.PersistentVolumeClaim{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + p.Name}, pvc); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			if string(pvc.UID) != p.PVCUID || pvc.Annotations[MemberIDAnnotation] != "" {
+				continue
+			}
+			patch := client.MergeFrom(pvc.DeepCopy())
+			if pvc.Annotations == nil {
+				pvc.Annotations = map[string]string{}
+			}
+			pvc.Annotations[MemberIDAnnotation] = etcd.FormatID(m.ID)
+			if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+				return fmt.Errorf("failed to stamp volume claim %s: %w", pvc.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// act carries out one membership step.
+func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo memberObservation, a membershipAction) error {
+	if a.Kind == actNone || a.Kind == actWait {
+		return nil
+	}
+	log.FromContext(ctx).Info("membership step", "step", a.Kind, "member", a.Member, "reason", a.Reason, "message", a.Message)
+	var err error
+	switch a.Kind {
+	case actRecordIntent:
+		err = r.setIntent(ctx, c, a.Intent)
+	case actClearIntent:
+		err = r.setIntent(ctx, c, nil)
+	case actScaleStatefulSet:
+		err = r.scaleStatefulSet(ctx, c, t, a.Replicas, mo.StsReplicas)
+	case actDeletePVC:
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "data-" + a.Member}}
+		err = client.IgnoreNotFound(r.Client.Delete(ctx, pvc))
+	case actDeletePod:
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: a.Member}}
+		var opts []client.DeleteOption
+		if a.Force {
+			opts = append(opts, client.GracePeriodSeconds(0))
+		}
+		err = client.IgnoreNotFound(r.Client.Delete(ctx, pod, opts...))
+	default:
+		err = r.etcdStep(ctx, t, mo, a)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
+	}
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
+	if os.Getenv(FaultAfterEnv) == string(a.Kind) {
+		log.FromContext(ctx).Info("exiting at a fault point", "after", a.Kind)
+		os.Exit(3)
+	}
+	return nil
+}
+
+// etcdStep carries out the steps that call etcd.
+func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo memberObservation, a membershipAction) error {
+	var endpoints []string
+	for _, m := range mo.Etcd.Cluster.Members {
+		if _, ok := mo.Etcd.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
+			endpoints = append(endpoints, m.ClientURLs[0])
+		}
+	}
+	cl, err := r.DialEtcd(ctx, endpoints)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 2*r.EtcdTimeout)
+	defer cancel()
+	switch a.Kind {
+	case actAddLearner:
+		_, err = cl.AddLearner(cctx, []string{a.PeerURL})
+	case actPromoteLearner:
+		err = cl.Promote(cctx, a.ID)
+	case actRemoveMember:
+		err = cl.Remove(cctx, a.ID)
+	case actMoveLeader:
+		leader, ok := "", false
+		for _, m := range mo.Etcd.Cluster.Members {
+			if m.ID == a.ID && len(m.ClientURLs) > 0 {
+				leader, ok = m.ClientURLs[0], true
+			}
+		}
+		if !ok {
+			return fmt.Errorf("the leader %s has no client URL", etcd.FormatID(a.ID))
+		}
+		err = cl.MoveLeader(cctx, leader, a.Target)
+	default:
+		return fmt.Errorf("unknown membership step %s", a.Kind)
+	}
+	return err
+}
+
+// setIntent stores in (or removes the stored intent when nil) on the EtcdCluster.
+func (r *EtcdClusterReconciler) setIntent(ctx context.Context, c *v1alpha1.EtcdCluster, in *membershipIntent) error {
+	patch := client.MergeFrom(c.DeepCopy())
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	if in == nil {
+		delete(c.Annotations, IntentAnnotation)
+	} else {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		c.Annotations[IntentAnnotation] = string(b)
+	}
+	return r.Client.Patch(ctx, c, patch)
+}
+
+// peerURL is the peer URL a pod advertises, from the rendered StatefulSet's
+// --initial-advertise-peer-urls with $(POD_NAME) substituted.
+func (t topology) peerURL(pod string) string {
+	return strings.ReplaceAll(t.peerURLTemplate, "$(POD_NAME)", pod)
+}
