@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+)
+
+// writer writes keys one after another through every member's name until stopped, and
+// remembers which writes etcd acknowledged.
+type writer struct {
+	cmd   *exec.Cmd
+	stop  string
+	mu    sync.Mutex
+	acked []string
+	done  chan struct{}
+}
+
+func startWriter(t *testing.T, ns string, maxMembers int) *writer {
+	t.Helper()
+	w := &writer{stop: filepath.Join(t.TempDir(), "stop"), done: make(chan struct{})}
+	script := fmt.Sprintf(`i=0; while [ ! -e %s ]; do if etcdctl --endpoints %s --dial-timeout=1s --command-timeout=2s put w$i v$i >/dev/null 2>&1; then echo ack w$i; fi; i=$((i+1)); done`,
+		w.stop, endpoints(ns, maxMembers))
+	w.cmd = exec.Command(bin, "local", "exec", "--dir", dir, "--", "sh", "-c", script)
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cmd.Stderr = os.Stderr
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if key, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
+				w.mu.Lock()
+				w.acked = append(w.acked, key)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = w.cmd.Process.Kill() })
+	return w
+}
+
+// finish stops the writer and checks that every acknowledged write is readable.
+func (w *writer) finish(t *testing.T, ns string, members int) {
+	t.Helper()
+	if err := os.WriteFile(w.stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-w.done
+	_ = w.cmd.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.acked) == 0 {
+		t.Fatalf("no write was acknowledged")
+	}
+	out, err := etcdctl(t, "--endpoints", endpoints(ns, members), "get", "w", "--prefix", "--keys-only")
+	if err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	have := map[string]bool{}
+	for _, k := range strings.Fields(out) {
+		have[k] = true
+	}
+	var lost []string
+	for _, k := range w.acked {
+		if !have[k] {
+			lost = append(lost, k)
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes are lost: %v", len(lost), len(w.acked), lost)
+	}
+	t.Logf("%d acknowledged writes, all readable", len(w.acked))
+}
+
+// sampler watches the member table throughout a scenario: never more than one learner, and
+// never fewer healthy voting members than quorum once the cluster has formed.
+type sampler struct {
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	problems []string
+	samples  int
+}
+
+func startSampler(t *testing.T, ns string) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			c := &v1alpha1.EtcdCluster{}
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, c); err != nil {
+				continue
+			}
+			learners, voters, healthy := 0, 0, 0
+			for _, m := range c.Status.Members {
+				if m.Learner {
+					learners++
+					continue
+				}
+				voters++
+				if m.Healthy {
+					healthy++
+				}
+			}
+			s.mu.Lock()
+			s.samples++
+			if learners > 1 {
+				s.problems = append(s.problems, fmt.Sprintf("%d learners: %+v", learners, c.Status.Members))
+			}
+			if voters > 0 && healthy < voters/2+1 {
+				s.problems = append(s.problems, fmt.Sprintf("%d of %d voting members healthy: %+v", healthy, voters, c.Status.Members))
+			}
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+func (s *sampler) finish(t *testing.T) {
+	t.Helper()
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.problems) > 0 {
+		t.Fatalf("%d of %d samples broke a safety rule; first: %s", len(s.problems), s.samples, s.problems[0])
+	}
+	t.Logf("%d samples of the member table, none unsafe", s.samples)
+}
+
+// scaleTo sets spec.replicas and waits until etcd has exactly n healthy voting members, no
+// learner, and the cluster is Ready.
+func scaleTo(t *testing.T, ns string, n int32) time.Duration {
+	t.Helper()
+	start := time.Now()
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.Replicas = &n
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 4*time.Minute, fmt.Sprintf("%d healthy voting members", n), func() error {
+		c := getCluster(t, ns)
+		voters := 0
+		for _, m := range c.Status.Members {
+			if m.Learner || !m.Healthy {
+				return fmt.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+			}
+			voters++
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+		if voters != int(n) || ready == nil || ready.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
+			prog := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
+			return fmt.Errorf("%d voting members, ready %+v, progressing %+v", voters, ready, prog)
+		}
+		return nil
+	})
+	return time.Since(start)
+}
+
+func TestScaleOneThreeFiveThreeOneKeepsEveryWrite(t *testing.T) {
+	ns := namespace(t)
+	createCluster(t, ns, 1)
+	w := startWriter(t, ns, 5)
+	s := startSampler(t, ns)
+	for _, n := range []int32{3, 5, 3, 1} {
+		took := scaleTo(t, ns, n)
+		t.Logf("scaled to %d in %s", n, took.Round(100*time.Millisecond))
+	}
+	s.finish(t)
+	w.finish(t, ns, 1)
+}
+
+// TestMemberWithDeletedVolumeIsReplaced deletes a member's volume claim and pod: the member's
+// data is gone, so the operator removes it and adds it back as a learner on a fresh volume,
+// while the other two keep quorum and every acknowledged write survives.
+func TestMemberWithDeletedVolumeIsReplaced(t *testing.T) {
+	ns := namespace(t)
+	createCluster(t, ns, 3)
+	scaleTo(t, ns, 3) // all three healthy voting members
+	before := memberIDs(t, ns)
+	w := startWriter(t, ns, 3)
+	s := startSampler(t, ns)
+
+	start := time.Now()
+	for _, obj := range []client.Object{
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-etcd-1"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-1"}},
+	} {
+		if err := k8s.Delete(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 4*time.Minute, "etcd-1 replaced by a new member", func() error {
+		c := getCluster(t, ns)
+		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+		ids := memberIDs(t, ns)
+		if len(ids) != 3 || ids["etcd-1"] == "" || ids["etcd-1"] == before["etcd-1"] || ready == nil || ready.Status != metav1.ConditionTrue {
+			return fmt.Errorf("members %v (before %v), ready %+v", ids, before, ready)
+		}
+		for _, m := range c.Status.Members {
+			if m.Learner || !m.Healthy {
+				return fmt.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+			}
+		}
+		return nil
+	})
+	t.Logf("replaced in %s", time.Since(start).Round(100*time.Millisecond))
+	s.finish(t)
+	w.finish(t, ns, 3)
+}
+
+func memberIDs(t *testing.T, ns string) map[string]string {
+	out := map[string]string{}
+	for _, m := range getCluster(t, ns).Status.Members {
+		out[m.Name] = m.ID
+	}
+	return out
+}
