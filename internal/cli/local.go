@@ -32,7 +32,7 @@ Usage:
                                               fail a node (its pods die, it goes NotReady), or recover it
   etcd-pilot local kill-pod NAMESPACE/NAME [--dir DIR]
                                               kill a pod's processes, as a crash
-  etcd-pilot local operator stop|start [--dir DIR]
+  etcd-pilot local operator stop|start [--dir DIR] [--env KEY=VALUE]... [--clear-env]
                                               stop the operator until started again
 
 DIR defaults to .local.
@@ -377,6 +377,9 @@ func localKillPod(ctx context.Context, args []string, stderr io.Writer) error {
 
 func localOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	fs, dirFlag := newLocalFlagSet("operator", stderr)
+	var env stringList
+	fs.Var(&env, "env", "with start: KEY=VALUE added to the operator's environment from now on (repeatable)")
+	clearEnv := fs.Bool("clear-env", false, "with start: drop the variables earlier --env added")
 	pos, err := localFlags(fs, args)
 	if err != nil {
 		return err
@@ -385,10 +388,15 @@ func localOperator(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("usage: local operator stop|start [--dir DIR]")
 	}
 	action := localcluster.ActionOperatorStop
+	params := url.Values{}
 	if pos[0] == "start" {
 		action = localcluster.ActionOperatorStart
+		params["env"] = env
+		if *clearEnv {
+			params.Set("clear-env", "true")
+		}
 	}
-	return control(ctx, *dirFlag, action, nil)
+	return control(ctx, *dirFlag, action, params)
 }
 
 func control(ctx context.Context, dirFlag, action string, params url.Values) error {

@@ -379,12 +379,14 @@ func (c *Cluster) StopOperator() error {
 	return nil
 }
 
-// StartOperator starts the operator again after StopOperator.
-func (c *Cluster) StartOperator() error {
+// StartOperator starts the operator again after StopOperator. env (KEY=VALUE) is added to the
+// operator's environment from now on (tests set ETCD_PILOT_FAULT_AFTER with it); nil keeps
+// the environment it had.
+func (c *Cluster) StartOperator(env []string) error {
 	if c.operator == nil {
 		return errors.New("this local cluster runs no operator (it was started with --operator=false)")
 	}
-	c.operator.start()
+	c.operator.start(env)
 	return nil
 }
 

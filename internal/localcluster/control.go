@@ -28,7 +28,7 @@ type Controller interface {
 	StartNode(name string) error
 	KillPod(namespace, name string) error
 	StopOperator() error
-	StartOperator() error
+	StartOperator(env []string) error
 }
 
 // maxSocketPath is the longest path a Unix socket address holds (sun_path, less the NUL).
@@ -71,7 +71,13 @@ func ServeControl(ctx context.Context, l net.Listener, c Controller) error {
 	handle(ActionNodeStart, func(q url.Values) error { return c.StartNode(q.Get("name")) })
 	handle(ActionKillPod, func(q url.Values) error { return c.KillPod(q.Get("namespace"), q.Get("name")) })
 	handle(ActionOperatorStop, func(url.Values) error { return c.StopOperator() })
-	handle(ActionOperatorStart, func(url.Values) error { return c.StartOperator() })
+	handle(ActionOperatorStart, func(q url.Values) error {
+		env := q["env"]
+		if q.Get("clear-env") != "" {
+			env = []string{}
+		}
+		return c.StartOperator(env)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -28,6 +28,8 @@ type supervisor struct {
 	bin     string
 	args    []string
 	env     []string
+	extra   []string // added to env by start
+	fresh   bool     // set by start: the next crash back-off starts over
 	logPath string
 	log     logr.Logger
 
@@ -60,8 +62,11 @@ func (s *supervisor) run(ctx context.Context) {
 				continue
 			}
 		}
+		if s.fresh {
+			backoff, s.fresh = operatorBackoffMin, false
+		}
 		started := time.Now()
-		p, err := controlplane.StartProcess(s.name, s.bin, s.args, s.env, s.logPath, false)
+		p, err := controlplane.StartProcess(s.name, s.bin, s.args, append(append([]string(nil), s.env...), s.extra...), s.logPath, false)
 		s.proc = p
 		s.mu.Unlock()
 		if err != nil {
@@ -109,10 +114,14 @@ func (s *supervisor) stop() {
 	poke(s.wake)
 }
 
-// start lets the process run again (at once, without waiting out a back-off).
-func (s *supervisor) start() {
+// start lets the process run again (at once, without waiting out a back-off), with extra
+// environment variables when extra is not nil.
+func (s *supervisor) start(extra []string) {
 	s.mu.Lock()
-	s.wanted = true
+	if extra != nil {
+		s.extra = extra
+	}
+	s.wanted, s.fresh = true, true
 	s.mu.Unlock()
 	poke(s.wake)
 }
