@@ -101,7 +101,7 @@ func (r *EtcdClusterReconciler) init() {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -245,9 +245,9 @@ func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.E
 	return err
 }
 
-// reconcileDelete deletes what the cluster owns (PersistentVolumeClaims stay: the
-// StatefulSet's retention policy keeps volumes, so data is never deleted implicitly), then
-// releases the finalizer.
+// reconcileDelete deletes what the cluster owns, and its volume claims only when
+// spec.storage.retention.whenDeleted is Delete (by default data is never deleted implicitly),
+// then releases the finalizer.
 func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerName) {
 		return ctrl.Result{}, nil
@@ -258,6 +258,13 @@ func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1
 	}
 	if remaining > 0 {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if c.Spec.Storage.Retention.WhenDeleted == v1alpha1.RetentionDelete {
+		err := r.Client.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(c.Namespace),
+			client.MatchingLabels{v1alpha1.LabelCluster: c.Name})
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to delete the volume claims of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
 	}
 	patch := client.MergeFrom(c.DeepCopy())
 	controllerutil.RemoveFinalizer(c, v1alpha1.FinalizerName)

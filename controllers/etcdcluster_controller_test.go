@@ -468,9 +468,16 @@ func TestChartValuesTheChartRefusesAreReported(t *testing.T) {
 }
 
 func TestDeletionRemovesObjectsAndFinalizer(t *testing.T) {
+	for _, policy := range []v1alpha1.RetentionAction{v1alpha1.RetentionRetain, v1alpha1.RetentionDelete} {
+		t.Run(string(policy), func(t *testing.T) { testDeletion(t, policy) })
+	}
+}
+
+func testDeletion(t *testing.T, whenDeleted v1alpha1.RetentionAction) {
 	ns := env.Namespace(t)
-	newCluster(t, ns, nil)
+	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.Storage.Retention.WhenDeleted = whenDeleted })
 	waitStatefulSet(t, ns)
+	markReady(t, ns)
 	if err := env.Client.Delete(context.Background(), getCluster(t, ns)); err != nil {
 		t.Fatal(err)
 	}
@@ -485,6 +492,19 @@ func TestDeletionRemovesObjectsAndFinalizer(t *testing.T) {
 		if err := getObject(ns, "etcd", o); !apierrors.IsNotFound(err) {
 			t.Fatalf("%T left behind (err %v)", o, err)
 		}
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := env.Client.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, c := range claims.Items {
+		if c.DeletionTimestamp == nil {
+			kept++
+		}
+	}
+	if want := map[v1alpha1.RetentionAction]int{v1alpha1.RetentionRetain: 3, v1alpha1.RetentionDelete: 0}[whenDeleted]; kept != want {
+		t.Fatalf("whenDeleted %s: %d volume claims kept, want %d", whenDeleted, kept, want)
 	}
 }
 

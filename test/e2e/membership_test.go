@@ -191,6 +191,23 @@ func TestScaleOneThreeFiveThreeOneKeepsEveryWrite(t *testing.T) {
 	for _, n := range []int32{3, 5, 3, 1} {
 		took := scaleTo(t, ns, n)
 		t.Logf("scaled to %d in %s", n, took.Round(100*time.Millisecond))
+		// Scale-in deletes the removed members' claims (retention whenScaledIn: Delete).
+		eventually(t, time.Minute, fmt.Sprintf("%d volume claims", n), func() error {
+			claims := &corev1.PersistentVolumeClaimList{}
+			if err := k8s.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			live := 0
+			for _, c := range claims.Items {
+				if c.DeletionTimestamp == nil {
+					live++
+				}
+			}
+			if live != int(n) {
+				return fmt.Errorf("%d claims", live)
+			}
+			return nil
+		})
 	}
 	s.finish(t)
 	w.finish(t, ns, 1)
@@ -242,3 +259,54 @@ func memberIDs(t *testing.T, ns string) map[string]string {
 	}
 	return out
 }
+
+// TestMemberOnAStoppedNodeIsReplaced stops the node of one member: once the node is NotReady
+// for longer than spec.membership.replaceAfter, the member is replaced by a fresh one on
+// another node, while the other two keep quorum.
+func TestMemberOnAStoppedNodeIsReplaced(t *testing.T) {
+	ns := namespace(t)
+	c := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo(int32(3)),
+			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
+	}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	scaleTo(t, ns, 3)
+	before := memberIDs(t, ns)
+	pod := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd-2"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	node := pod.Spec.NodeName
+	w := startWriter(t, ns, 3)
+	s := startSampler(t, ns)
+	start := time.Now()
+	if out, err := local(t, "node", "stop", node); err != nil {
+		t.Fatalf("node stop: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := local(t, "node", "start", node); err != nil {
+			t.Errorf("node start: %v %s", err, out)
+		}
+	})
+	eventually(t, 4*time.Minute, "etcd-2 replaced on another node", func() error {
+		ids := memberIDs(t, ns)
+		p := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd-2"}, p); err != nil {
+			return err
+		}
+		c := getCluster(t, ns)
+		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+		if ids["etcd-2"] == before["etcd-2"] || p.Spec.NodeName == node || ready == nil || ready.Status != metav1.ConditionTrue {
+			return fmt.Errorf("etcd-2 id %s (was %s) on %s, ready %+v", ids["etcd-2"], before["etcd-2"], p.Spec.NodeName, ready)
+		}
+		return nil
+	})
+	t.Logf("replaced %s after its node stopped (replaceAfter 10s, node NotReady after the controller-manager's grace period)", time.Since(start).Round(100*time.Millisecond))
+	s.finish(t)
+	w.finish(t, ns, 3)
+}
+
+func ptrTo[T any](v T) *T { return &v }
