@@ -24,3 +24,29 @@ func BenchmarkTimeToAvailable(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMembershipStep measures one scale-out step (3 to 4 members: learner added, pod
+// started, caught up, promoted) and one replacement of a member whose volume was deleted, on
+// the local cluster. Run it with `make bench-e2e`.
+func BenchmarkMembershipStep(b *testing.B) {
+	b.Run("scale-out-one-member", func(b *testing.B) {
+		var total time.Duration
+		for i := 0; i < b.N; i++ {
+			ns := namespace(b)
+			createCluster(b, ns, 3)
+			scaleTo(b, ns, 3)
+			total += scaleTo(b, ns, 4)
+		}
+		b.ReportMetric(total.Seconds()/float64(b.N), "s-per-step")
+	})
+	b.Run("replace-member", func(b *testing.B) {
+		var total time.Duration
+		for i := 0; i < b.N; i++ {
+			ns := namespace(b)
+			createCluster(b, ns, 3)
+			scaleTo(b, ns, 3)
+			total += replaceByDeletingVolume(b, ns, "etcd-1")
+		}
+		b.ReportMetric(total.Seconds()/float64(b.N), "s-per-replacement")
+	})
+}

@@ -155,7 +155,7 @@ func (s *sampler) finish(t *testing.T) {
 
 // scaleTo sets spec.replicas and waits until etcd has exactly n healthy voting members, no
 // learner, and the cluster is Ready.
-func scaleTo(t *testing.T, ns string, n int32) time.Duration {
+func scaleTo(t testing.TB, ns string, n int32) time.Duration {
 	t.Helper()
 	start := time.Now()
 	c := getCluster(t, ns)
@@ -220,39 +220,15 @@ func TestMemberWithDeletedVolumeIsReplaced(t *testing.T) {
 	ns := namespace(t)
 	createCluster(t, ns, 3)
 	scaleTo(t, ns, 3) // all three healthy voting members
-	before := memberIDs(t, ns)
 	w := startWriter(t, ns, 3)
 	s := startSampler(t, ns)
-
-	start := time.Now()
-	for _, obj := range []client.Object{
-		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-etcd-1"}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-1"}},
-	} {
-		if err := k8s.Delete(context.Background(), obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, 4*time.Minute, "etcd-1 replaced by a new member", func() error {
-		c := getCluster(t, ns)
-		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
-		ids := memberIDs(t, ns)
-		if len(ids) != 3 || ids["etcd-1"] == "" || ids["etcd-1"] == before["etcd-1"] || ready == nil || ready.Status != metav1.ConditionTrue {
-			return fmt.Errorf("members %v (before %v), ready %+v", ids, before, ready)
-		}
-		for _, m := range c.Status.Members {
-			if m.Learner || !m.Healthy {
-				return fmt.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
-			}
-		}
-		return nil
-	})
-	t.Logf("replaced in %s", time.Since(start).Round(100*time.Millisecond))
+	took := replaceByDeletingVolume(t, ns, "etcd-1")
+	t.Logf("replaced in %s", took.Round(100*time.Millisecond))
 	s.finish(t)
 	w.finish(t, ns, 3)
 }
 
-func memberIDs(t *testing.T, ns string) map[string]string {
+func memberIDs(t testing.TB, ns string) map[string]string {
 	out := map[string]string{}
 	for _, m := range getCluster(t, ns).Status.Members {
 		out[m.Name] = m.ID
@@ -310,3 +286,34 @@ func TestMemberOnAStoppedNodeIsReplaced(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// replaceByDeletingVolume deletes a member's claim and pod and waits until a new member of
+// that name is a healthy voter and the cluster is Ready.
+func replaceByDeletingVolume(t testing.TB, ns, member string) time.Duration {
+	t.Helper()
+	before := memberIDs(t, ns)
+	start := time.Now()
+	for _, obj := range []client.Object{
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-" + member}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: member}},
+	} {
+		if err := k8s.Delete(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 4*time.Minute, member+" replaced by a new member", func() error {
+		c := getCluster(t, ns)
+		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+		ids := memberIDs(t, ns)
+		if len(ids) != len(before) || ids[member] == "" || ids[member] == before[member] || ready == nil || ready.Status != metav1.ConditionTrue {
+			return fmt.Errorf("members %v (before %v), ready %+v", ids, before, ready)
+		}
+		for _, m := range c.Status.Members {
+			if m.Learner || !m.Healthy {
+				return fmt.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+			}
+		}
+		return nil
+	})
+	return time.Since(start)
+}
