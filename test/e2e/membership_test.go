@@ -317,3 +317,66 @@ func replaceByDeletingVolume(t testing.TB, ns, member string) time.Duration {
 	})
 	return time.Since(start)
 }
+
+// TestMemberWithWipedDataIsReplaced empties one member's data folder in place (the claim
+// stays) and kills its process: the member cannot come back under its old identity with an
+// empty log, and is replaced once it has failed for replaceAfter.
+func TestMemberWithWipedDataIsReplaced(t *testing.T) {
+	ns := namespace(t)
+	c := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo(int32(3)),
+			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
+	}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	scaleTo(t, ns, 3)
+	before := memberIDs(t, ns)
+	w := startWriter(t, ns, 3)
+	s := startSampler(t, ns)
+
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "data-etcd-0"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
+		t.Fatal(err)
+	}
+	folder := ""
+	switch {
+	case pv.Spec.HostPath != nil:
+		folder = pv.Spec.HostPath.Path
+	case pv.Spec.Local != nil:
+		folder = pv.Spec.Local.Path
+	}
+	if folder == "" {
+		t.Fatalf("volume %s has no local folder", pv.Name)
+	}
+	start := time.Now()
+	entries, err := os.ReadDir(folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(folder, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := local(t, "kill-pod", ns+"/etcd-0"); err != nil {
+		t.Fatalf("kill-pod: %v %s", err, out)
+	}
+	eventually(t, 4*time.Minute, "etcd-0 replaced", func() error {
+		ids := memberIDs(t, ns)
+		c := getCluster(t, ns)
+		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+		if len(ids) != 3 || ids["etcd-0"] == "" || ids["etcd-0"] == before["etcd-0"] || ready == nil || ready.Status != metav1.ConditionTrue {
+			return fmt.Errorf("members %v (before %v), ready %+v", ids, before, ready)
+		}
+		return nil
+	})
+	t.Logf("replaced %s after its data was wiped", time.Since(start).Round(100*time.Millisecond))
+	s.finish(t)
+	w.finish(t, ns, 3)
+}
