@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 )
 
@@ -268,34 +269,34 @@ type membershipAction struct {
 // Reasons of membership actions. The controller surfaces them in the Progressing and
 // Degraded conditions and in events.
 const (
-	reasonReconciled      = "Reconciled"
-	reasonBootstrapping   = "Bootstrapping"
-	reasonEtcdUnreachable = "EtcdUnreachable"
-	reasonQuorumLost      = "QuorumLost"
-	reasonNoLeader        = "NoLeader"
-	reasonSplitBrain      = "SplitBrain"
-	reasonUnknownMember   = "UnknownMember"
-	reasonPodNotMember    = "PodNotMember"
-	reasonQuorumAtRisk    = "QuorumAtRisk"
-	reasonStaleVolume     = "StaleVolume"
-	reasonMemberUnhealthy = "MemberUnhealthy"
-	reasonInvalidIntent   = "InvalidIntent"
+	reasonReconciled      = v1alpha1.ReasonReconciled
+	reasonBootstrapping   = v1alpha1.ReasonBootstrapping
+	reasonEtcdUnreachable = v1alpha1.ReasonEtcdUnreachable
+	reasonQuorumLost      = v1alpha1.ReasonQuorumLost
+	reasonNoLeader        = v1alpha1.ReasonNoLeader
+	reasonSplitBrain      = v1alpha1.ReasonSplitBrain
+	reasonUnknownMember   = v1alpha1.ReasonUnknownMember
+	reasonPodNotMember    = v1alpha1.ReasonPodNotMember
+	reasonQuorumAtRisk    = v1alpha1.ReasonQuorumAtRisk
+	reasonStaleVolume     = v1alpha1.ReasonStaleVolume
+	reasonMemberUnhealthy = v1alpha1.ReasonMemberUnhealthy
+	reasonInvalidIntent   = v1alpha1.ReasonInvalidIntent
 
 	// Reasons of changes (stored in the intent, reported by each step).
-	reasonScaleOut      = "ScaleOut"
-	reasonScaleIn       = "ScaleIn"
-	reasonReplaceMember = "ReplaceMember"
-	reasonReaddPod      = "ReaddPod"
-	reasonAdoptLearner  = "AdoptLearner"
+	reasonScaleOut      = v1alpha1.ReasonScaleOut
+	reasonScaleIn       = v1alpha1.ReasonScaleIn
+	reasonReplaceMember = v1alpha1.ReasonReplaceMember
+	reasonReaddPod      = v1alpha1.ReasonReaddPod
+	reasonAdoptLearner  = v1alpha1.ReasonAdoptLearner
 
 	// Reasons of waits within a change.
-	reasonWaitingForPod     = "WaitingForPod"
-	reasonPodTerminating    = "PodTerminating"
-	reasonVolumeDeleting    = "VolumeDeleting"
-	reasonLearnerStarting   = "LearnerStarting"
-	reasonLearnerCatchingUp = "LearnerCatchingUp"
-	reasonMemberStarting    = "MemberStarting"
-	reasonLeaderUnreachable = "LeaderUnreachable"
+	reasonWaitingForPod     = v1alpha1.ReasonWaitingForPod
+	reasonPodTerminating    = v1alpha1.ReasonPodTerminating
+	reasonVolumeDeleting    = v1alpha1.ReasonVolumeDeleting
+	reasonLearnerStarting   = v1alpha1.ReasonLearnerStarting
+	reasonLearnerCatchingUp = v1alpha1.ReasonLearnerCatchingUp
+	reasonMemberStarting    = v1alpha1.ReasonMemberStarting
+	reasonLeaderUnreachable = v1alpha1.ReasonLeaderUnreachable
 )
 
 // decideMembership returns the one next membership step for o. It is pure: the same

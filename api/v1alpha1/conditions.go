@@ -68,3 +68,54 @@ const (
 	// ManagedByValue marks objects that etcd-pilot applied.
 	ManagedByValue = "etcd-pilot"
 )
+
+// Membership reasons, in Progressing (changes and waits within them) and Degraded (waits
+// that need the user).
+const (
+	// ReasonBootstrapping : the first members are forming the cluster.
+	ReasonBootstrapping = "Bootstrapping"
+	// ReasonEtcdUnreachable : no member answered the operator.
+	ReasonEtcdUnreachable = "EtcdUnreachable"
+	// ReasonQuorumLost : fewer voting members are healthy than quorum needs; no membership change is made.
+	ReasonQuorumLost = "QuorumLost"
+	// ReasonNoLeader : the members follow no common leader.
+	ReasonNoLeader = "NoLeader"
+	// ReasonSplitBrain : members report different cluster IDs; nothing is changed.
+	ReasonSplitBrain = "SplitBrain"
+	// ReasonUnknownMember : etcd lists members that are not pods of the StatefulSet.
+	ReasonUnknownMember = "UnknownMember"
+	// ReasonPodNotMember : a ready pod is not a member of the cluster.
+	ReasonPodNotMember = "PodNotMember"
+	// ReasonQuorumAtRisk : a change would leave fewer healthy voters than quorum.
+	ReasonQuorumAtRisk = "QuorumAtRisk"
+	// ReasonStaleVolume : a kept volume claim of a removed member blocks a scale-out.
+	ReasonStaleVolume = "StaleVolume"
+	// ReasonMemberUnhealthy : a member is unhealthy.
+	ReasonMemberUnhealthy = "MemberUnhealthy"
+	// ReasonInvalidIntent : the recorded membership change could not be read and is abandoned.
+	ReasonInvalidIntent = "InvalidIntent"
+	// ReasonScaleOut : a member is being added (learner, then promoted).
+	ReasonScaleOut = "ScaleOut"
+	// ReasonScaleIn : a member is being removed.
+	ReasonScaleIn = "ScaleIn"
+	// ReasonReplaceMember : a lost member is being replaced by a fresh one.
+	ReasonReplaceMember = "ReplaceMember"
+	// ReasonReaddPod : a pod without a member is being re-added as a learner on a fresh volume.
+	ReasonReaddPod = "ReaddPod"
+	// ReasonAdoptLearner : a learner found without a recorded change is being finished.
+	ReasonAdoptLearner = "AdoptLearner"
+	// ReasonWaitingForPod : waiting for the joining member's pod.
+	ReasonWaitingForPod = "WaitingForPod"
+	// ReasonPodTerminating : waiting for a pod to terminate.
+	ReasonPodTerminating = "PodTerminating"
+	// ReasonVolumeDeleting : waiting for a volume claim to be deleted.
+	ReasonVolumeDeleting = "VolumeDeleting"
+	// ReasonLearnerStarting : waiting for the learner to start.
+	ReasonLearnerStarting = "LearnerStarting"
+	// ReasonLearnerCatchingUp : waiting for the learner to catch up with the leader.
+	ReasonLearnerCatchingUp = "LearnerCatchingUp"
+	// ReasonMemberStarting : waiting for a member to start.
+	ReasonMemberStarting = "MemberStarting"
+	// ReasonLeaderUnreachable : the leader did not answer; leadership cannot be moved yet.
+	ReasonLeaderUnreachable = "LeaderUnreachable"
+)
