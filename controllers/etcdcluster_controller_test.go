@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -194,6 +195,20 @@ func TestAppliesChartObjectsWithOwnerAndFinalizer(t *testing.T) {
 	}
 	if condition(got, v1alpha1.ConditionAvailable) != "False/"+v1alpha1.ReasonQuorumNotReady {
 		t.Fatalf("Available: %s", condition(got, v1alpha1.ConditionAvailable))
+	}
+}
+
+// updateCluster changes the EtcdCluster's spec, retrying on conflicts with the operator's own
+// writes (finalizer, intent annotation).
+func updateCluster(t testing.TB, ns string, change func(*v1alpha1.EtcdCluster)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := getCluster(t, ns)
+		change(c)
+		return env.Client.Update(context.Background(), c)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -390,11 +405,9 @@ func TestObjectsNoLongerRenderedArePruned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := getCluster(t, ns)
-	c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"podDisruptionBudget":{"enabled":false}}`)}
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"podDisruptionBudget":{"enabled":false}}`)}
+	})
 	eventually(t, timeout, "PDB pruned", func() error {
 		err := getObject(ns, "etcd", &policyv1.PodDisruptionBudget{})
 		if apierrors.IsNotFound(err) {
@@ -411,11 +424,9 @@ func TestPausedClusterIsNotChanged(t *testing.T) {
 	ns := env.Namespace(t)
 	newCluster(t, ns, nil)
 	waitStatefulSet(t, ns)
-	c := getCluster(t, ns)
-	c.Spec.Paused = true
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.Paused = true
+	})
 	waitCondition(t, ns, v1alpha1.ConditionProgressing, "False/"+v1alpha1.ReasonPaused)
 
 	svc := &corev1.Service{}
@@ -432,24 +443,30 @@ func TestPausedClusterIsNotChanged(t *testing.T) {
 		t.Fatalf("a paused cluster's Service was recreated (err %v)", err)
 	}
 
-	c = getCluster(t, ns)
-	c.Spec.Paused = false
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.Paused = false
+	})
 	eventually(t, timeout, "Service back after unpause", func() error { return getObject(ns, "etcd-client", &corev1.Service{}) })
 }
 
 func TestChartValuesTheChartRefusesAreReported(t *testing.T) {
 	ns := env.Namespace(t)
 	newCluster(t, ns, nil)
-	sts := waitStatefulSet(t, ns)
-	c := getCluster(t, ns)
-	c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"replicas":0,"podDisruptionBudget":{"enabled":false}}`)}
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	c = waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonInvalidSpec)
+	waitStatefulSet(t, ns)
+	sts := &appsv1.StatefulSet{}
+	eventually(t, timeout, "the first formation's replicas", func() error {
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
+			return fmt.Errorf("replicas %v", sts.Spec.Replicas)
+		}
+		return nil
+	})
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"replicas":0,"podDisruptionBudget":{"enabled":false}}`)}
+	})
+	c := waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonInvalidSpec)
 	msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded).Message
 	if !contains(msg, "spec.chart.values") || !contains(msg, "replicas") {
 		t.Fatalf("the condition does not say what to fix: %q", msg)
