@@ -241,15 +241,7 @@ func memberIDs(t testing.TB, ns string) map[string]string {
 // another node, while the other two keep quorum.
 func TestMemberOnAStoppedNodeIsReplaced(t *testing.T) {
 	ns := namespace(t)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo(int32(3)),
-			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
-	}
-	if err := k8s.Create(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	scaleTo(t, ns, 3)
+	createQuicklyReplacedCluster(t, ns)
 	before := memberIDs(t, ns)
 	pod := &corev1.Pod{}
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd-2"}, pod); err != nil {
@@ -285,7 +277,21 @@ func TestMemberOnAStoppedNodeIsReplaced(t *testing.T) {
 	w.finish(t, ns, 3)
 }
 
-func ptrTo[T any](v T) *T { return &v }
+// createQuicklyReplacedCluster creates 3 members that are replaced 10 s after they are lost,
+// and waits until all three are healthy voters.
+func createQuicklyReplacedCluster(t *testing.T, ns string) {
+	t.Helper()
+	replicas := int32(3)
+	c := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: &replicas,
+			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
+	}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	scaleTo(t, ns, 3)
+}
 
 // replaceByDeletingVolume deletes a member's claim and pod and waits until a new member of
 // that name is a healthy voter and the cluster is Ready.
@@ -323,15 +329,7 @@ func replaceByDeletingVolume(t testing.TB, ns, member string) time.Duration {
 // empty log, and is replaced once it has failed for replaceAfter.
 func TestMemberWithWipedDataIsReplaced(t *testing.T) {
 	ns := namespace(t)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo(int32(3)),
-			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
-	}
-	if err := k8s.Create(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	scaleTo(t, ns, 3)
+	createQuicklyReplacedCluster(t, ns)
 	before := memberIDs(t, ns)
 	w := startWriter(t, ns, 3)
 	s := startSampler(t, ns)
