@@ -42,6 +42,7 @@ build: ## Build bin/etcd-pilot.
 tools: ## Build the test binaries from Go modules into bin/ (cached).
 	hack/envtest-assets.sh >/dev/null
 	hack/build-kube.sh >/dev/null
+	hack/build-etcd.sh 3.5.35 >/dev/null
 	hack/build-helm.sh >/dev/null
 
 .PHONY: envtest-assets

@@ -51,6 +51,7 @@ const (
 var stepWaits = map[string]bool{
 	reasonWaitingForPod: true, reasonPodTerminating: true, reasonVolumeDeleting: true,
 	reasonLearnerStarting: true, reasonLearnerCatchingUp: true, reasonMemberStarting: true,
+	v1alpha1.ReasonRollingOut: true,
 }
 
 // OwnedKinds are the kinds the chart renders. The controller watches them, prunes them and

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +66,14 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		a = membershipAction{Kind: actWait, Reason: reasonBootstrapping, Message: fmt.Sprintf("the first %d members are forming the cluster", mo.Desired)}
 	} else {
 		a = decideMembership(mo)
+		if a.Kind == actNone && o.sts != nil {
+			// Membership matches the spec: the pod template may roll out.
+			a = decideRollout(rolloutObservation{
+				UpdateRevision: o.sts.Status.UpdateRevision,
+				StsCaughtUp:    o.sts.Status.ObservedGeneration >= o.sts.Generation,
+				Pods:           rolloutPodsOf(mo.Pods), Etcd: mo.Etcd,
+			})
+		}
 	}
 	if err := r.ensureMembershipConfig(ctx, c, t, mo, bootstrapping); err != nil {
 		return membershipState{action: a}, err
@@ -135,6 +144,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		}
 		p := info(k)
 		p.Exists, p.Deleting = true, pod.DeletionTimestamp != nil
+		p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 		p.FailingSince = pod.CreationTimestamp.Time
 		for _, cond := range pod.Status.Conditions {
 			if cond.Type == corev1.PodReady {

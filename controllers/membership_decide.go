@@ -68,6 +68,9 @@ type podInfo struct {
 	FailingSince time.Time
 	// RestartCount of the etcd container, for messages.
 	RestartCount int32
+	// Revision is the StatefulSet template revision the pod runs (controller-revision-hash);
+	// the rolling restart reads it, the membership engine does not.
+	Revision string
 
 	// PVCExists is true when the ordinal's data claim exists (terminating or not).
 	PVCExists bool

@@ -27,7 +27,19 @@ type writer struct {
 	stop  string
 	mu    sync.Mutex
 	acked []string
+	times []time.Time // when each acknowledgement arrived
 	done  chan struct{}
+}
+
+// longestGap is the longest time between two acknowledged writes.
+func (w *writer) longestGap() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var gap time.Duration
+	for i := 1; i < len(w.times); i++ {
+		gap = max(gap, w.times[i].Sub(w.times[i-1]))
+	}
+	return gap
 }
 
 func startWriter(t *testing.T, ns string, maxMembers int) *writer {
@@ -51,6 +63,7 @@ func startWriter(t *testing.T, ns string, maxMembers int) *writer {
 			if key, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
 				w.mu.Lock()
 				w.acked = append(w.acked, key)
+				w.times = append(w.times, time.Now())
 				w.mu.Unlock()
 			}
 		}
