@@ -29,6 +29,9 @@ type EtcdClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')",message="version must be an etcd release such as 3.6.16: MAJOR.MINOR.PATCH, without a 'v' prefix and without tags such as 'latest'"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || self.matches('^3\\\\.(5|6|7)\\\\.')",message="etcd-pilot runs etcd 3.5, 3.6 and 3.7; pick a version of one of those minors (for example 3.6.16)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.split('.')[1]) >= int(oldSelf.split('.')[1])",messageExpression="'version cannot go from ' + oldSelf + ' down to ' + self + ': a downgrade across minor versions needs etcd\\'s downgrade procedure, which etcd-pilot does not run; set version back to a release of the minor the cluster runs'"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.startsWith('3.5.') || self.startsWith('3.5.') || int(oldSelf.split('.')[2]) >= 20",messageExpression="'version cannot go from ' + oldSelf + ' to ' + self + ': leaving etcd 3.5 needs 3.5.20 or later first (it fixes learner promotion during upgrades); upgrade to a recent 3.5 release (for example 3.5.35), then to ' + self"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.split('.')[1]) <= int(oldSelf.split('.')[1]) + 1",messageExpression="'version cannot go from ' + oldSelf + ' to ' + self + ' at once: upgrade one minor version at a time (first to the next minor), letting each upgrade complete'"
 	// +optional
 	Version string `json:"version,omitempty"`
 

@@ -148,17 +148,55 @@ func walk(b *bytes.Buffer, rules *[]string, path string, p apiextensionsv1.JSONS
 	}
 }
 
-// ruleMessage is the message a rule gives; for a messageExpression, its leading string
-// literal with the formatted part shown as <...>.
+// ruleMessage is the message a rule gives; for a messageExpression, its string literals
+// joined, with each computed part shown as <...> (self as <new value>, oldSelf as <old value>).
 func ruleMessage(r apiextensionsv1.ValidationRule) string {
 	if r.Message != "" || r.MessageExpression == "" {
 		return r.Message
 	}
+	var out strings.Builder
 	m := r.MessageExpression
-	if strings.HasPrefix(m, "'") {
-		if end := strings.Index(m[1:], "'"); end >= 0 {
-			return strings.ReplaceAll(m[1:1+end], "%s", "<the flags>")
+	for {
+		q := strings.Index(m, "'")
+		if q < 0 {
+			break
+		}
+		if expr := strings.Trim(m[:q], "+ "); expr != "" {
+			out.WriteString(placeholder(expr))
+		}
+		m = m[q+1:]
+		// A literal ends at the next quote that is not escaped.
+		var lit strings.Builder
+		for len(m) > 0 {
+			if strings.HasPrefix(m, `\'`) {
+				lit.WriteByte('\'')
+				m = m[2:]
+				continue
+			}
+			if m[0] == '\'' {
+				m = m[1:]
+				break
+			}
+			lit.WriteByte(m[0])
+			m = m[1:]
+		}
+		out.WriteString(strings.ReplaceAll(lit.String(), "%s", "<the flags>"))
+		if strings.HasPrefix(strings.TrimSpace(m), ".format(") {
+			return out.String()
 		}
 	}
-	return "refuses the value, naming what is wrong"
+	if tail := strings.Trim(m, "+ "); tail != "" {
+		out.WriteString(placeholder(tail))
+	}
+	return out.String()
+}
+
+func placeholder(expr string) string {
+	switch expr {
+	case "self":
+		return "<new value>"
+	case "oldSelf":
+		return "<old value>"
+	}
+	return "<...>"
 }

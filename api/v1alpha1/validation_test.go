@@ -554,3 +554,36 @@ func duplicates(l []string) []string {
 	}
 	return dup
 }
+
+func TestVersionTransitions(t *testing.T) {
+	down := []string{"version cannot go from 3.6.16 down to 3.5.35", "downgrade"}
+	old35 := []string{"version cannot go from 3.5.15 to 3.6.16", "3.5.20 or later first"}
+	jump := []string{"version cannot go from 3.5.35 to 3.7.3 at once", "one minor version at a time"}
+	cases := []struct {
+		name, from, to string
+		wantErr        []string
+	}{
+		{name: "patch upgrade accepted", from: "3.6.15", to: "3.6.16"},
+		{name: "patch downgrade within a minor accepted", from: "3.6.16", to: "3.6.15"},
+		{name: "minor upgrade from a recent 3.5 accepted", from: "3.5.35", to: "3.6.16"},
+		{name: "minor upgrade from 3.5.20 accepted", from: "3.5.20", to: "3.6.16"},
+		{name: "minor upgrade 3.6 to 3.7 accepted", from: "3.6.16", to: "3.7.3"},
+		{name: "minor downgrade refused", from: "3.6.16", to: "3.5.35", wantErr: down},
+		{name: "leaving an old 3.5 refused", from: "3.5.15", to: "3.6.16", wantErr: old35},
+		{name: "two minors at once refused", from: "3.5.35", to: "3.7.3", wantErr: jump},
+	}
+	ns := env.Namespace(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(100+i), func(s *v1alpha1.EtcdClusterSpec) { s.Version = tc.from })
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatalf("failed to create the EtcdCluster: %v", err)
+			}
+			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+				t.Fatalf("failed to get the EtcdCluster: %v", err)
+			}
+			ec.Spec.Version = tc.to
+			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
+		})
+	}
+}
