@@ -198,8 +198,8 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	}
 	var memberErr error
 	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil {
-		ms, err := r.reconcileMembership(ctx, c, topo, &obs)
-		obs.membership, memberErr = &ms.action, err
+		a, err := r.reconcileMembership(ctx, c, topo, &obs)
+		obs.membership, memberErr = &a, err
 	}
 	setStatus(c, obs, topo)
 
@@ -216,19 +216,22 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if a := obs.membership; a != nil && a.Kind != actNone && a.Kind != actWait {
 		return ctrl.Result{RequeueAfter: requeueMembership}, nil
 	}
+	next := RequeueSettled
+	if isTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
+		next = RequeueProgressing
+	}
 	if a := obs.membership; a != nil && a.Kind == actWait {
 		if stepWaits[a.Reason] {
 			// A learner starting or catching up shows up in etcd, not as a Kubernetes event.
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+			next = time.Second
 		}
-		if a.RequeueAfter > 0 && a.RequeueAfter < RequeueProgressing {
-			return ctrl.Result{RequeueAfter: a.RequeueAfter}, nil
+		// A wait that ends by itself (a lost member's replaceAfter running out) is looked at
+		// when it ends, not a requeue interval later.
+		if a.RequeueAfter > 0 && a.RequeueAfter < next {
+			next = a.RequeueAfter
 		}
 	}
-	if isTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
-		return ctrl.Result{RequeueAfter: RequeueProgressing}, nil
-	}
-	return ctrl.Result{RequeueAfter: RequeueSettled}, nil
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.EtcdCluster, desired []*unstructured) error {

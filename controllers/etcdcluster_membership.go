@@ -47,18 +47,12 @@ const (
 	requeueMembership = 500 * time.Millisecond
 )
 
-// membershipState is what reconcileMembership learned, for the status.
-type membershipState struct {
-	action membershipAction
-	err    error
-}
-
 // reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
 // StatefulSet's replicas, and carries out at most one membership step.
-func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membershipState, error) {
+func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membershipAction, error) {
 	mo, err := r.memberObservation(ctx, c, t, o)
 	if err != nil {
-		return membershipState{}, err
+		return membershipAction{}, err
 	}
 	bootstrapping := !mo.Bootstrapped && mo.Etcd == nil
 	var a membershipAction
@@ -76,16 +70,15 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		}
 	}
 	if err := r.ensureMembershipConfig(ctx, c, t, mo, bootstrapping); err != nil {
-		return membershipState{action: a}, err
+		return a, err
 	}
 	if bootstrapping {
-		return membershipState{action: a}, r.scaleStatefulSet(ctx, c, t, mo.Desired, mo.StsReplicas)
+		return a, r.scaleStatefulSet(ctx, c, t, mo.Desired, mo.StsReplicas)
 	}
 	if err := r.stampClaims(ctx, c, mo); err != nil {
-		return membershipState{action: a}, err
+		return a, err
 	}
-	err = r.act(ctx, c, t, mo, a)
-	return membershipState{action: a, err: err}, err
+	return a, r.act(ctx, c, t, mo, a)
 }
 
 // memberObservation gathers one pass's view for decideMembership.
