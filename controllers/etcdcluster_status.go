@@ -85,6 +85,23 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 	return nil
 }
 
+// noLeaderError is what etcd puts in a status reply while the member knows no leader (an
+// election is under way). The member is up and keeps its data: Available reports the missing
+// leader, the member's health does not.
+const noLeaderError = "etcdserver: no leader"
+
+// memberErrors are the problems a member reports (alarms, mostly) other than an election in
+// progress.
+func memberErrors(st etcd.MemberStatus) []string {
+	var out []string
+	for _, e := range st.Errors {
+		if e != noLeaderError {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // quorum is the number of votes a cluster of n voting members needs.
 func quorum(n int32) int32 { return n/2 + 1 }
 
@@ -129,7 +146,7 @@ func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderNam
 			ms.ClientURL = m.ClientURLs[0]
 		}
 		if st, ok := o.Status[m.ID]; ok {
-			ms.Healthy = len(st.Errors) == 0
+			ms.Healthy = len(memberErrors(st)) == 0
 			ms.Version, ms.DBSizeBytes, ms.RaftIndex = st.Version, st.DBSize, st.RaftIndex
 			if lowest == "" || versionLess(st.Version, lowest) {
 				lowest = st.Version
@@ -186,7 +203,7 @@ func availableCondition(o observation) metav1.Condition {
 				continue
 			}
 			voting++
-			if st, ok := o.etcd.Status[m.ID]; ok && len(st.Errors) == 0 {
+			if st, ok := o.etcd.Status[m.ID]; ok && len(memberErrors(st)) == 0 {
 				healthy++
 			}
 		}
@@ -287,8 +304,8 @@ func unhealthyMembers(o etcd.Observed) []string {
 		}
 		if err, ok := o.StatusErr[m.ID]; ok {
 			out = append(out, fmt.Sprintf("%s: %v", name, err))
-		} else if st, ok := o.Status[m.ID]; ok && len(st.Errors) > 0 {
-			out = append(out, fmt.Sprintf("%s: %s", name, strings.Join(st.Errors, ", ")))
+		} else if st, ok := o.Status[m.ID]; ok && len(memberErrors(st)) > 0 {
+			out = append(out, fmt.Sprintf("%s: %s", name, strings.Join(memberErrors(st), ", ")))
 		}
 	}
 	sort.Strings(out)

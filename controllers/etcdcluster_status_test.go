@@ -205,3 +205,21 @@ func TestVersionLess(t *testing.T) {
 		}
 	}
 }
+
+func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
+	o := cluster(3, 1, nil, nil)
+	st := o.Status[1]
+	st.Errors, st.Leader = []string{noLeaderError}, 0
+	o.Status[1] = st
+	members, _, _, _ := memberStatuses(*o)
+	for _, m := range members {
+		if !m.Healthy {
+			t.Fatalf("member %s in an election is reported unhealthy", m.Name)
+		}
+	}
+	alarm := cluster(3, 1, nil, []uint64{2})
+	members, _, _, _ = memberStatuses(*alarm)
+	if members[1].Healthy {
+		t.Fatalf("a member with an alarm is reported healthy")
+	}
+}
