@@ -1,19 +1,15 @@
 package localcluster
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-)
 
-// modulePath is the module whose go.mod marks the repository root (the hack/tools modules
-// have go.mod files of their own).
-const modulePath = "github.com/etcd-pilot/etcd-pilot"
+	"github.com/etcd-pilot/etcd-pilot/internal/repo"
+)
 
 // Versions of the binaries the local cluster runs.
 const (
@@ -39,41 +35,8 @@ type Binaries struct {
 	EtcdRoot string
 }
 
-// FindRoot returns the repository root: the first folder holding the module's go.mod, walking
-// up from each of dirs in turn (callers pass the working directory and the executable's).
-func FindRoot(dirs ...string) (string, error) {
-	for _, start := range dirs {
-		if start == "" {
-			continue
-		}
-		for dir := start; ; {
-			if declaresModule(filepath.Join(dir, "go.mod")) {
-				return dir, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return "", fmt.Errorf("failed to find the etcd-pilot repository (a go.mod of module %s) above %s; run etcd-pilot from a clone", modulePath, strings.Join(dirs, " or "))
-}
-
-func declaresModule(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fields := strings.Fields(s.Text()); len(fields) == 2 && fields[0] == "module" {
-			return strings.Trim(fields[1], `"`) == modulePath
-		}
-	}
-	return false
-}
+// FindRoot returns the repository root; see repo.FindRoot.
+func FindRoot(dirs ...string) (string, error) { return repo.FindRoot(dirs...) }
 
 // LocateBinaries returns the binary folders under root without building anything.
 func LocateBinaries(root string) Binaries {

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -21,11 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	etcdpilotv1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/repo"
 )
-
-// modulePath is the module whose go.mod marks the repository root (the hack/tools modules
-// have go.mod files of their own).
-const modulePath = "github.com/etcd-pilot/etcd-pilot"
 
 const (
 	// A slow 2-core machine running a test binary in parallel with others can take well
@@ -161,39 +157,13 @@ func namespacePrefix(testName string) string {
 	return base + "-"
 }
 
-// repoRoot walks up from the working directory to the directory whose go.mod declares the
-// repository's module.
+// repoRoot finds the repository root from the working directory.
 func repoRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("failed to get the working directory: %w", err)
 	}
-	for dir := wd; ; {
-		if declaresModule(filepath.Join(dir, "go.mod"), modulePath) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("failed to find the repository root: no go.mod of module %s in %s or above", modulePath, wd)
-		}
-		dir = parent
-	}
-}
-
-// declaresModule reports whether the go.mod at path declares module mod.
-func declaresModule(path, mod string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fields := strings.Fields(s.Text()); len(fields) == 2 && fields[0] == "module" {
-			return strings.Trim(fields[1], `"`) == mod
-		}
-	}
-	return false
+	return repo.FindRoot(wd)
 }
 
 // assetsDir picks the folder holding kube-apiserver and etcd: $KUBEBUILDER_ASSETS when set
