@@ -46,6 +46,8 @@ tools: ## Build the test binaries from Go modules into bin/ (cached).
 	hack/envtest-assets.sh >/dev/null
 	hack/build-kube.sh >/dev/null
 	hack/build-etcd.sh 3.5.35 >/dev/null
+	hack/build-etcd.sh 3.6.15 >/dev/null
+	hack/build-etcd.sh 3.7.3 >/dev/null
 	hack/build-helm.sh >/dev/null
 
 .PHONY: envtest-assets

@@ -29,9 +29,7 @@ type EtcdClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')",message="version must be an etcd release such as 3.6.16: MAJOR.MINOR.PATCH, without a 'v' prefix and without tags such as 'latest'"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || self.matches('^3\\\\.(5|6|7)\\\\.')",message="etcd-pilot runs etcd 3.5, 3.6 and 3.7; pick a version of one of those minors (for example 3.6.16)"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.split('.')[1]) >= int(oldSelf.split('.')[1])",messageExpression="'version cannot go from ' + oldSelf + ' down to ' + self + ': a downgrade across minor versions needs etcd\\'s downgrade procedure, which etcd-pilot does not run; set version back to a release of the minor the cluster runs'"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.startsWith('3.5.') || self.startsWith('3.5.') || int(oldSelf.split('.')[2]) >= 20",messageExpression="'version cannot go from ' + oldSelf + ' to ' + self + ': leaving etcd 3.5 needs 3.5.20 or later first (it fixes learner promotion during upgrades); upgrade to a recent 3.5 release (for example 3.5.35), then to ' + self"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.split('.')[1]) <= int(oldSelf.split('.')[1]) + 1",messageExpression="'version cannot go from ' + oldSelf + ' to ' + self + ' at once: upgrade one minor version at a time (first to the next minor), letting each upgrade complete'"
 	// +optional
 	Version string `json:"version,omitempty"`
 
@@ -88,6 +86,11 @@ type EtcdClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Membership MembershipSpec `json:"membership,omitempty"`
+
+	// Upgrade tunes how version and pod template changes roll out.
+	// +kubebuilder:default={}
+	// +optional
+	Upgrade UpgradeSpec `json:"upgrade,omitempty"`
 
 	// Chart customizes the chart render.
 	// +optional
@@ -159,6 +162,19 @@ type MembershipSpec struct {
 	// +kubebuilder:default="5m"
 	// +optional
 	ReplaceAfter *metav1.Duration `json:"replaceAfter,omitempty"`
+}
+
+// UpgradeSpec tunes rolling restarts: version upgrades and any other pod template change.
+// Members restart one at a time, followers first and the leader last (after leadership moved
+// to an updated member); a version more than one minor ahead is reached one minor at a time.
+type UpgradeSpec struct {
+	// MemberTimeout is how long a member restarted onto the new pod template may take to become
+	// healthy and catch up with the leader. Past it the rollout stops, Degraded names the member
+	// and why, and the other members keep serving on the previous template: fix the cause (the
+	// rollout then resumes) or set spec.version back to the version the other members run.
+	// +kubebuilder:default="5m"
+	// +optional
+	MemberTimeout *metav1.Duration `json:"memberTimeout,omitempty"`
 }
 
 // AutoCompactionMode is etcd's --auto-compaction-mode.
@@ -312,6 +328,49 @@ type EtcdClusterStatus struct {
 	// CurrentVersion is the lowest etcd version running among the members.
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
+
+	// TargetVersion is the version in the spec that the operator works towards.
+	// +optional
+	TargetVersion string `json:"targetVersion,omitempty"`
+
+	// ClusterVersion is the cluster version etcd reports (MAJOR.MINOR.0): the protocol every
+	// member speaks. etcd raises it once every member runs a newer minor; members older than it
+	// cannot join, so spec.version cannot go below its minor.
+	// +optional
+	ClusterVersion string `json:"clusterVersion,omitempty"`
+
+	// Upgrade is the rollout under way: set while members still run an older pod template, or
+	// while the cluster passes through an intermediate minor version.
+	// +optional
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+
+	// LeaderChanges counts the leader changes the operator has observed.
+	// +optional
+	LeaderChanges int64 `json:"leaderChanges,omitempty"`
+
+	// LastLeaderChangeTime is when the operator last observed a new leader.
+	// +optional
+	LastLeaderChangeTime *metav1.Time `json:"lastLeaderChangeTime,omitempty"`
+}
+
+// UpgradeStatus is a rollout in progress.
+type UpgradeStatus struct {
+	// StepVersion is the version the members are moving to in this step: spec.version, or the
+	// intermediate release of the next minor when spec.version is further ahead.
+	// +optional
+	StepVersion string `json:"stepVersion,omitempty"`
+	// Member is the member being restarted onto the new pod template, if any.
+	// +optional
+	Member string `json:"member,omitempty"`
+	// UpdatedMembers is the number of members running the new pod template.
+	// +optional
+	UpdatedMembers int32 `json:"updatedMembers,omitempty"`
+	// PendingMembers is the number of members still running an older pod template.
+	// +optional
+	PendingMembers int32 `json:"pendingMembers,omitempty"`
+	// Message says what the rollout does or waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // EtcdCluster is an etcd cluster run by etcd-pilot: the embedded chart renders its topology,
@@ -324,9 +383,11 @@ type EtcdClusterStatus struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.targetVersion`,priority=1
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec) || !has(oldSelf.spec.version) || !has(self.spec.version) || !self.spec.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.spec.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.spec.version.split('.')[1]) >= int(oldSelf.spec.version.split('.')[1]) || (has(self.status) && has(self.status.clusterVersion) && self.status.clusterVersion.matches('^[0-9]+\\\\.[0-9]+\\\\.') && int(self.spec.version.split('.')[1]) >= int(self.status.clusterVersion.split('.')[1]))",messageExpression="'version cannot go from ' + oldSelf.spec.version + ' down to ' + self.spec.version + ': ' + (has(self.status) && has(self.status.clusterVersion) ? 'etcd already runs the cluster at version ' + self.status.clusterVersion + ' (status.clusterVersion)' : 'the cluster version etcd runs is not known yet') + '. A downgrade across minor versions needs etcd\\'s downgrade procedure, which etcd-pilot does not run; going back a minor is allowed only while an upgrade has not completed (the cluster version is still the older minor)'"
 type EtcdCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

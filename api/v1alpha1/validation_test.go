@@ -556,11 +556,13 @@ func duplicates(l []string) []string {
 }
 
 func TestVersionTransitions(t *testing.T) {
-	down := []string{"version cannot go from 3.6.16 down to 3.5.35", "downgrade"}
+	down := []string{"version cannot go from 3.6.16 down to 3.5.35", "downgrade procedure"}
+	downKnown := []string{"version cannot go from 3.6.16 down to 3.5.35", "etcd already runs the cluster at version 3.6.0"}
 	old35 := []string{"version cannot go from 3.5.15 to 3.6.16", "3.5.20 or later first"}
-	jump := []string{"version cannot go from 3.5.35 to 3.7.3 at once", "one minor version at a time"}
 	cases := []struct {
 		name, from, to string
+		// clusterVersion is written to status before the change, as the operator reports it.
+		clusterVersion string
 		wantErr        []string
 	}{
 		{name: "patch upgrade accepted", from: "3.6.15", to: "3.6.16"},
@@ -568,9 +570,14 @@ func TestVersionTransitions(t *testing.T) {
 		{name: "minor upgrade from a recent 3.5 accepted", from: "3.5.35", to: "3.6.16"},
 		{name: "minor upgrade from 3.5.20 accepted", from: "3.5.20", to: "3.6.16"},
 		{name: "minor upgrade 3.6 to 3.7 accepted", from: "3.6.16", to: "3.7.3"},
-		{name: "minor downgrade refused", from: "3.6.16", to: "3.5.35", wantErr: down},
+		{name: "two minors at once accepted (the operator steps through 3.6)", from: "3.5.35", to: "3.7.3"},
+		{name: "minor downgrade refused while the cluster version is unknown", from: "3.6.16", to: "3.5.35", wantErr: down},
+		{name: "minor downgrade refused once the cluster runs the new minor", from: "3.6.16", to: "3.5.35", clusterVersion: "3.6.0", wantErr: downKnown},
+		{name: "rollback accepted while the cluster version is the old minor", from: "3.6.16", to: "3.5.35", clusterVersion: "3.5.0"},
+		{name: "rollback of a two-minor jump refused below the cluster version", from: "3.7.3", to: "3.5.35", clusterVersion: "3.6.0",
+			wantErr: []string{"version cannot go from 3.7.3 down to 3.5.35", "3.6.0"}},
+		{name: "rollback of a two-minor jump to the cluster version accepted", from: "3.7.3", to: "3.6.16", clusterVersion: "3.6.0"},
 		{name: "leaving an old 3.5 refused", from: "3.5.15", to: "3.6.16", wantErr: old35},
-		{name: "two minors at once refused", from: "3.5.35", to: "3.7.3", wantErr: jump},
 	}
 	ns := env.Namespace(t)
 	for i, tc := range cases {
@@ -579,11 +586,29 @@ func TestVersionTransitions(t *testing.T) {
 			if err := env.Client.Create(reqCtx(t), ec); err != nil {
 				t.Fatalf("failed to create the EtcdCluster: %v", err)
 			}
+			if tc.clusterVersion != "" {
+				ec.Status.ClusterVersion = tc.clusterVersion
+				if err := env.Client.Status().Update(reqCtx(t), ec); err != nil {
+					t.Fatalf("failed to set status.clusterVersion: %v", err)
+				}
+			}
 			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
 				t.Fatalf("failed to get the EtcdCluster: %v", err)
 			}
 			ec.Spec.Version = tc.to
 			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
 		})
+	}
+}
+
+// TestUpgradeSpecDefaults checks the rollout timeout's default.
+func TestUpgradeSpecDefaults(t *testing.T) {
+	ns := env.Namespace(t)
+	ec := newCluster(ns, "defaults", nil)
+	if err := env.Client.Create(reqCtx(t), ec); err != nil {
+		t.Fatal(err)
+	}
+	if d := ec.Spec.Upgrade.MemberTimeout; d == nil || d.Duration != 5*time.Minute {
+		t.Fatalf("spec.upgrade.memberTimeout = %v, want the 5m default", d)
 	}
 }
