@@ -5,10 +5,14 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +41,9 @@ type MemberStatus struct {
 	RaftTerm  uint64
 	IsLearner bool
 	Errors    []string // alarms and health problems the member reports
+	// ClusterVersion is the cluster version the member knows (MAJOR.MINOR.0), from its
+	// /version endpoint; empty when that did not answer.
+	ClusterVersion string
 }
 
 // Cluster is etcd's member list as one member sees it.
@@ -114,10 +121,42 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 	if err != nil {
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
 	}
-	return MemberStatus{
+	st := MemberStatus{
 		ID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId, Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader,
 		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
-	}, nil
+	}
+	// The cluster version is not part of the status reply; every member serves it on its
+	// client URL's /version. A failure there leaves it empty and is not the member's health.
+	if v, err := versionOf(ctx, endpoint); err == nil {
+		st.ClusterVersion = v.Cluster
+	}
+	return st, nil
+}
+
+// versionHTTP reads /version; it keeps no idle connections (one call per member per pass).
+var versionHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+
+type versionReply struct {
+	Server  string `json:"etcdserver"`
+	Cluster string `json:"etcdcluster"`
+}
+
+func versionOf(ctx context.Context, endpoint string) (versionReply, error) {
+	var v versionReply
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+"/version", nil)
+	if err != nil {
+		return v, err
+	}
+	resp, err := versionHTTP.Do(req)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("GET %s/version: %s", endpoint, resp.Status)
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&v)
+	return v, err
 }
 
 func (c *client) AddLearner(ctx context.Context, peerURLs []string) (Member, error) {
@@ -187,6 +226,39 @@ func (o Observed) Leader() uint64 {
 		leader = s.Leader
 	}
 	return leader
+}
+
+// ClusterVersion is the cluster version the leader reports, or, without a leader's answer,
+// the lowest any member reports; empty when none is known.
+func (o Observed) ClusterVersion() string {
+	if st, ok := o.Status[o.Leader()]; ok && st.ClusterVersion != "" {
+		return st.ClusterVersion
+	}
+	out := ""
+	for _, st := range o.Status {
+		if st.ClusterVersion != "" && (out == "" || lessVersion(st.ClusterVersion, out)) {
+			out = st.ClusterVersion
+		}
+	}
+	return out
+}
+
+// lessVersion compares MAJOR.MINOR.PATCH strings numerically (unparsable parts count as 0).
+func lessVersion(a, b string) bool {
+	pa, pb := strings.SplitN(a, ".", 3), strings.SplitN(b, ".", 3)
+	for i := 0; i < 3; i++ {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
 
 // Observe reads the member list through c and then asks every member with a client URL for

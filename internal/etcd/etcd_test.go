@@ -79,6 +79,21 @@ func TestClientAgainstRealEtcd(t *testing.T) {
 	if st.ID != cl.Members[0].ID || st.Leader != st.ID || !strings.HasPrefix(st.Version, "3.6.") || st.DBSize == 0 {
 		t.Fatalf("status %+v", st)
 	}
+	// The cluster version comes from /version; a one-member cluster sets it at once (a few
+	// seconds after start at most).
+	deadline := time.Now().Add(10 * time.Second)
+	for st.ClusterVersion == "" && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if st, err = c.Status(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.ClusterVersion != "3.6.0" {
+		t.Fatalf("cluster version %q, want 3.6.0", st.ClusterVersion)
+	}
+	if got := (etcd.Observed{Status: map[uint64]etcd.MemberStatus{st.ID: st}}).ClusterVersion(); got != "3.6.0" {
+		t.Fatalf("Observed.ClusterVersion() = %q", got)
+	}
 
 	// A learner counts for no vote, so adding one to a single member keeps quorum.
 	learner, err := c.AddLearner(ctx, []string{"http://127.0.31.2:2380"})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 // DefaultReplicas and DefaultStorageSize mirror the CRD's defaults, for objects that did not
@@ -20,9 +21,18 @@ const (
 	DefaultStorageSize = "1Gi"
 )
 
-// Typed returns the values the spec determines, before spec.chart.values is merged. It fails
-// only for a spec the API server would refuse today but may have stored before a rule existed
-// (an owned or unknown etcd flag).
+// VersionError is a spec.version the running cluster cannot move to.
+type VersionError struct{ Err error }
+
+func (e *VersionError) Error() string { return e.Err.Error() }
+func (e *VersionError) Unwrap() error { return e.Err }
+
+// Typed returns the values the spec determines, before spec.chart.values is merged; the etcd
+// version is the next step towards spec.version from the versions in status (see
+// internal/versions). It fails for a spec the API server would refuse today but may have
+// stored before a rule existed (an owned or unknown etcd flag), and with a *VersionError for a
+// version below the cluster version etcd reports.
+
 func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	s := c.Spec
 	v := charts.Values{
@@ -44,10 +54,17 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	}
 	v.Operator.MembershipConfigMap = MembershipConfigMapName(c.Name)
 	v.Image.Repository = s.Image
-	v.Etcd.Version = s.Version
-	if v.Etcd.Version == "" {
-		v.Etcd.Version = v1alpha1.DefaultVersion
+	target := s.Version
+	if target == "" {
+		target = v1alpha1.DefaultVersion
 	}
+	// The members run the next step towards the target: the target itself, or an intermediate
+	// release when it is more than one minor ahead of what etcd reports (status).
+	running := versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion}
+	if err := versions.Check(target, running); err != nil {
+		return charts.Values{}, &VersionError{Err: err}
+	}
+	v.Etcd.Version, _ = versions.Step(target, running)
 	// The token is unique to this object, so a volume left over from an earlier cluster of the
 	// same name can never join this one.
 	if c.UID != "" {

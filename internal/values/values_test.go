@@ -3,6 +3,7 @@ package values_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -415,6 +416,37 @@ func TestComputeIsJSONRoundTrippable(t *testing.T) {
 		}
 		if !reflect.DeepEqual(back, m) {
 			t.Errorf("%s: values change through JSON:\n%#v\n%#v", name, m, back)
+		}
+	}
+}
+
+// TestTypedVersionSteps checks that the rendered version is the next step towards
+// spec.version from the versions etcd reports in status, and that a version below the
+// cluster version is refused.
+func TestTypedVersionSteps(t *testing.T) {
+	cases := []struct {
+		spec, clusterVersion, current, want, wantErr string
+	}{
+		{spec: "3.7.3", want: "3.7.3"},
+		{spec: "3.7.3", clusterVersion: "3.5.0", current: "3.5.35", want: "3.6.16"},
+		{spec: "3.7.3", clusterVersion: "3.6.0", current: "3.6.16", want: "3.7.3"},
+		{spec: "3.6.16", clusterVersion: "3.5.0", current: "3.5.15", want: "3.5.35"},
+		{spec: "3.5.35", clusterVersion: "3.5.0", current: "3.5.35", want: "3.5.35"},
+		{spec: "3.5.35", clusterVersion: "3.6.0", current: "3.6.16", wantErr: "older than the cluster version 3.6"},
+	}
+	for _, tc := range cases {
+		c := &v1alpha1.EtcdCluster{}
+		c.Spec.Version, c.Status.ClusterVersion, c.Status.CurrentVersion = tc.spec, tc.clusterVersion, tc.current
+		v, err := values.Typed(c)
+		if tc.wantErr != "" {
+			var ve *values.VersionError
+			if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%+v: error %v, want a VersionError holding %q", tc, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || v.Etcd.Version != tc.want {
+			t.Errorf("%+v: version %q, error %v; want %s", tc, v.Etcd.Version, err, tc.want)
 		}
 	}
 }
