@@ -32,6 +32,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 // FieldOwner is the server-side apply field manager of everything etcd-pilot applies.
@@ -51,7 +52,8 @@ const (
 var stepWaits = map[string]bool{
 	reasonWaitingForPod: true, reasonPodTerminating: true, reasonVolumeDeleting: true,
 	reasonLearnerStarting: true, reasonLearnerCatchingUp: true, reasonMemberStarting: true,
-	v1alpha1.ReasonRollingOut: true,
+	v1alpha1.ReasonRollingOut: true, v1alpha1.ReasonRolloutWaiting: true, v1alpha1.ReasonMemberRestarting: true,
+	v1alpha1.ReasonVersionStep: true,
 }
 
 // OwnedKinds are the kinds the chart renders. The controller watches them, prunes them and
@@ -148,6 +150,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	before := c.DeepCopy()
 	result, err := r.reconcileNormal(ctx, c)
+	recordMetrics(c)
 	if perr := r.patchStatus(ctx, before, c); perr != nil && err == nil {
 		return ctrl.Result{}, perr
 	}
@@ -172,6 +175,11 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 	for _, t := range conditionTransitions(before.Status.Conditions, after.Status.Conditions) {
 		r.Recorder.Eventf(after, nil, t.eventType, t.cond.Reason, "Transition", "%s is %s: %s", t.cond.Type, t.cond.Status, t.cond.Message)
 	}
+	if n := after.Status.LeaderChanges - before.Status.LeaderChanges; n > 0 {
+		metricLeaderChanges.WithLabelValues(after.Namespace, after.Name).Add(float64(n))
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
+			after.Status.Leader, after.Status.LeaderID, before.Status.Leader, before.Status.LeaderID, after.Status.LeaderChanges)
+	}
 	return nil
 }
 
@@ -179,7 +187,8 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 // status. An invalid spec is reported in conditions and is not retried until it changes.
 func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
-	obs := observation{generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c)}
+	obs := observation{generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c), now: time.Now()}
+	_, obs.targetVersion = versionTargets(c)
 	obs.specReplicas = specReplicas(c)
 	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
@@ -275,6 +284,7 @@ func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1
 	if err := r.Client.Patch(ctx, c, patch); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("failed to remove finalizer from EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
 	}
+	forgetMetrics(c)
 	return ctrl.Result{}, nil
 }
 
@@ -286,6 +296,17 @@ func (r *EtcdClusterReconciler) inventory(c *v1alpha1.EtcdCluster, keep []*unstr
 		Kinds:     OwnedKinds,
 		Keep:      keep,
 	}
+}
+
+// versionTargets returns the version rendered now (the next step towards the target, see
+// internal/versions) and the target, spec.version or its default.
+func versionTargets(c *v1alpha1.EtcdCluster) (step, target string) {
+	target = c.Spec.Version
+	if target == "" {
+		target = v1alpha1.DefaultVersion
+	}
+	step, _ = versions.Step(target, versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion})
+	return step, target
 }
 
 // clusterOfLabel maps an object carrying the inventory label to its EtcdCluster.

@@ -60,13 +60,24 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		a = membershipAction{Kind: actWait, Reason: reasonBootstrapping, Message: fmt.Sprintf("the first %d members are forming the cluster", mo.Desired)}
 	} else {
 		a = decideMembership(mo)
-		if a.Kind == actNone && o.sts != nil {
-			// Membership matches the spec: the pod template may roll out.
-			a = decideRollout(rolloutObservation{
+		// Once membership matches the spec (or only waits for an unhealthy member, which may be
+		// one restarting or failing on a new template), the pod template may roll out.
+		if o.sts != nil && (a.Kind == actNone || a.Reason == reasonMemberUnhealthy) {
+			step, target := versionTargets(c)
+			ro := rolloutObservation{
 				UpdateRevision: o.sts.Status.UpdateRevision,
 				StsCaughtUp:    o.sts.Status.ObservedGeneration >= o.sts.Generation,
-				Pods:           rolloutPodsOf(mo.Pods), Etcd: mo.Etcd,
-			})
+				Pods:           rolloutPodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
+				MemberTimeout: defaultMemberTimeout, MaxLag: learnerMaxLag,
+				StepVersion: step, TargetVersion: target,
+			}
+			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
+				ro.MemberTimeout = d.Duration
+			}
+			if ra := decideRollout(ro); ra.Kind != actNone {
+				a = ra
+			}
+			o.upgrade, o.upgradeKnown = rolloutProgress(ro, a), true
 		}
 	}
 	if err := r.ensureMembershipConfig(ctx, c, t, mo, bootstrapping); err != nil {
@@ -95,6 +106,9 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	}
 	if o.sts != nil && o.sts.Spec.Replicas != nil {
 		mo.StsReplicas = *o.sts.Spec.Replicas
+	}
+	if o.sts != nil {
+		mo.UpdateRevision = o.sts.Status.UpdateRevision
 	}
 	if raw := c.Annotations[IntentAnnotation]; raw != "" {
 		in := &membershipIntent{}
@@ -151,6 +165,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 			p.Running = cs.State.Running != nil
 			p.RestartCount = cs.RestartCount
 			p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+			p.Problem = containerProblem(cs)
 		}
 		if pod.Spec.NodeName != "" {
 			node := &corev1.Node{}
@@ -224,6 +239,43 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	}
 	sort.Slice(mo.Pods, func(i, j int) bool { return mo.Pods[i].Ordinal < mo.Pods[j].Ordinal })
 	return mo, nil
+}
+
+// containerProblem describes why a container does not run: its waiting reason and message and
+// how it last ended. Empty when it runs.
+func containerProblem(cs corev1.ContainerStatus) string {
+	if cs.State.Running != nil {
+		return ""
+	}
+	var parts []string
+	if w := cs.State.Waiting; w != nil && w.Reason != "" {
+		s := w.Reason
+		if w.Message != "" {
+			s += ": " + w.Message
+		}
+		parts = append(parts, s)
+	}
+	last := cs.LastTerminationState.Terminated
+	if t := cs.State.Terminated; t != nil {
+		last = t
+	}
+	if last != nil {
+		s := fmt.Sprintf("last exit code %d", last.ExitCode)
+		if last.Reason != "" {
+			s += " (" + last.Reason + ")"
+		}
+		if msg := strings.TrimSpace(last.Message); msg != "" {
+			if len(msg) > 300 {
+				msg = "..." + msg[len(msg)-300:]
+			}
+			s += ": " + msg
+		}
+		parts = append(parts, s)
+	}
+	if cs.RestartCount > 0 {
+		parts = append(parts, fmt.Sprintf("%d restarts", cs.RestartCount))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func ordinal(sts, pod string) (int32, bool) {
@@ -413,6 +465,9 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
+	if a.Kind == actMoveLeader {
+		metricLeaderMoves.WithLabelValues(c.Namespace, c.Name).Inc()
+	}
 	if os.Getenv(FaultAfterEnv) == string(a.Kind) {
 		log.FromContext(ctx).Info("exiting at a fault point", "after", a.Kind)
 		os.Exit(3)

@@ -2,10 +2,12 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // observation is everything one pass knows about a cluster. Conditions are a pure function of
@@ -37,12 +40,21 @@ type observation struct {
 	// membership is the membership step of this pass; nil when none was considered
 	// (paused, invalid spec, nothing applied yet).
 	membership *membershipAction
+
+	// upgrade is the rollout's progress when upgradeKnown (the rollout was considered).
+	upgrade      *v1alpha1.UpgradeStatus
+	upgradeKnown bool
+
+	// targetVersion is spec.version (or its default); now is the pass's clock.
+	targetVersion string
+	now           time.Time
 }
 
 // degradingWaits are membership waits that need the user's attention.
 var degradingWaits = map[string]bool{
 	reasonSplitBrain: true, reasonQuorumLost: true, reasonUnknownMember: true, reasonStaleVolume: true,
 	reasonInvalidIntent: true, reasonEtcdUnreachable: true, reasonQuorumAtRisk: true,
+	v1alpha1.ReasonUpgradeStalled: true,
 }
 
 // membershipProgress reports whether the membership step is a change under way.
@@ -116,13 +128,33 @@ func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
 	} else {
 		s.Replicas, s.ReadyReplicas = 0, 0
 	}
+	if o.targetVersion != "" {
+		s.TargetVersion = o.targetVersion
+	}
 	if o.etcd != nil {
-		s.Members, s.Leader, s.LeaderID, s.CurrentVersion = memberStatuses(*o.etcd)
+		var leader, leaderID string
+		s.Members, leader, leaderID, s.CurrentVersion = memberStatuses(*o.etcd)
 		s.ClusterID = etcd.FormatID(o.etcd.Cluster.ClusterID)
+		// During an election no leader is known: Leader keeps the last one seen (the member
+		// table and Available say none leads now), so the next leader counts as one change.
+		if leaderID != "" {
+			if s.LeaderID != "" && s.LeaderID != leaderID {
+				s.LeaderChanges++
+				t := metav1.NewTime(o.now)
+				s.LastLeaderChangeTime = &t
+			}
+			s.Leader, s.LeaderID = leader, leaderID
+		}
+		if cv := o.etcd.ClusterVersion(); cv != "" {
+			s.ClusterVersion = cv
+		}
 	} else if o.sts == nil || o.sts.Status.Replicas == 0 {
 		// No member runs: nothing to report. When members run but etcd did not answer, the
 		// last known member table stays, and the conditions say etcd is unreachable.
 		s.Members, s.Leader, s.LeaderID = nil, "", ""
+	}
+	if o.upgradeKnown {
+		s.Upgrade = o.upgrade
 	}
 	for _, cond := range conditions(o) {
 		cond.ObservedGeneration = o.generation
@@ -245,7 +277,9 @@ func progressingCondition(o observation) metav1.Condition {
 	case o.paused:
 		c.Reason, c.Message = v1alpha1.ReasonPaused, "spec.paused is set: the operator changes nothing and only reports status"
 	case o.specErr != nil:
-		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, "waiting for a valid spec"
+		c.Reason, c.Message = specErrReason(o.specErr), "waiting for a valid spec"
+	case o.membership != nil && o.membership.Reason == v1alpha1.ReasonUpgradeStalled:
+		c.Reason, c.Message = o.membership.Reason, o.membership.Message
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
 	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != reasonBootstrapping):
@@ -278,7 +312,7 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
 	switch {
 	case o.specErr != nil:
-		c.Reason, c.Message = v1alpha1.ReasonInvalidSpec, o.specErr.Error()
+		c.Reason, c.Message = specErrReason(o.specErr), o.specErr.Error()
 	case o.applyErr != nil:
 		c.Reason, c.Message = v1alpha1.ReasonApplyFailed, o.applyErr.Error()
 	case o.membership != nil && degradingWaits[o.membership.Reason]:
@@ -292,6 +326,16 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "nothing needs attention"
 	}
 	return c
+}
+
+// specErrReason is VersionRefused for a version the running cluster cannot move to, else
+// InvalidSpec.
+func specErrReason(err error) string {
+	var ve *values.VersionError
+	if errors.As(err, &ve) {
+		return v1alpha1.ReasonVersionRefused
+	}
+	return v1alpha1.ReasonInvalidSpec
 }
 
 // unhealthyMembers describes each member that did not answer or reported errors (alarms).

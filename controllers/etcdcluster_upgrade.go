@@ -3,24 +3,35 @@ package controllers
 import (
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
+
+// defaultMemberTimeout mirrors the CRD default of spec.upgrade.memberTimeout.
+const defaultMemberTimeout = 5 * time.Minute
 
 // rolloutPod is one member pod as the rollout sees it.
 type rolloutPod struct {
-	Name     string
-	Ordinal  int32
-	Ready    bool
-	Deleting bool
+	Name      string
+	Ordinal   int32
+	Ready     bool
+	Deleting  bool
+	NodeReady bool
 	// Revision is the pod's controller-revision-hash label: the StatefulSet template it runs.
 	Revision string
+	// FailingSince is when the pod last stopped being ready, or its creation when it never was.
+	FailingSince time.Time
+	// Problem says why the pod does not run, from its container status (empty when running).
+	Problem string
 }
 
 // rolloutObservation is what decideRollout needs. The caller must guarantee that no
-// membership change is under way (decideMembership returned None) and that Etcd was read in
-// this pass.
+// membership change is under way (decideMembership returned None, or waits only for an
+// unhealthy member) and that Etcd was read in this pass.
 type rolloutObservation struct {
 	// UpdateRevision is the StatefulSet's current template revision; pods on another one are
 	// outdated.
@@ -29,71 +40,230 @@ type rolloutObservation struct {
 	StsCaughtUp bool
 	Pods        []rolloutPod
 	Etcd        *etcd.Observed
+	Now         time.Time
+	// MemberTimeout is spec.upgrade.memberTimeout.
+	MemberTimeout time.Duration
+	// MaxLag is how far (raft entries) a member may trail the leader and count as caught up.
+	MaxLag uint64
+	// StepVersion is the version rendered in this pass; TargetVersion is spec.version. They
+	// differ while the cluster passes through an intermediate minor.
+	StepVersion, TargetVersion string
 }
 
 // decideRollout returns the next step of a rolling restart onto the StatefulSet's current
-// template (the StatefulSet uses OnDelete, so pods only change when deleted): None when every
-// pod runs it; Wait while any member is unhealthy or restarting; DeletePod for an outdated
-// follower (highest ordinal first); for the leader, once it is the last outdated member,
-// MoveLeader to an updated, healthy follower first, so the restart costs no election timeout.
+// template (the StatefulSet uses OnDelete, so pods change only when deleted), or a wait:
+//
+//   - a member restarted onto the new template must become healthy, ready and caught up with
+//     the leader before anything else restarts; past spec.upgrade.memberTimeout the rollout
+//     stops (UpgradeStalled, which degrades the cluster) and the other members keep serving;
+//   - an outdated member that is down anyway (crash looping, not answering) restarts first:
+//     that costs no quorum, and it is how a rollback reaches a member that failed on the new
+//     template;
+//   - then the preflight: every member healthy, voting, caught up, no alarm, a known leader;
+//   - outdated followers restart one at a time, highest ordinal first; the leader goes last,
+//     after MoveLeader hands leadership to an updated member, so no restart costs an election
+//     timeout;
+//   - once every member runs the template of an intermediate release, the rollout waits for
+//     etcd to raise the cluster version (the next pass then renders the next minor).
 func decideRollout(o rolloutObservation) membershipAction {
-	var outdated []rolloutPod
+	if o.UpdateRevision == "" {
+		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+	}
+	var outdated, updated []rolloutPod
 	for _, p := range o.Pods {
 		if p.Revision != o.UpdateRevision {
 			outdated = append(outdated, p)
+		} else {
+			updated = append(updated, p)
 		}
 	}
-	if len(outdated) == 0 || o.UpdateRevision == "" {
-		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+	if len(outdated) == 0 {
+		return o.afterStep()
 	}
 	if !o.StsCaughtUp {
 		return wait(v1alpha1.ReasonRollingOut, "waiting for the StatefulSet controller to observe the new pod template")
 	}
 	if o.Etcd == nil {
-		return wait(v1alpha1.ReasonRollingOut, "etcd did not answer; no member is restarted without a healthy quorum")
+		return wait(v1alpha1.ReasonRolloutWaiting, "etcd did not answer; no member is restarted without a healthy quorum")
 	}
 	leader := o.Etcd.Leader()
 	if leader == 0 {
-		return wait(v1alpha1.ReasonRollingOut, "no leader is known; no member is restarted during an election")
+		return wait(v1alpha1.ReasonRolloutWaiting, "no leader is known; no member is restarted during an election")
 	}
-	byName := map[string]etcd.Member{}
+	members := map[string]etcd.Member{}
 	for _, m := range o.Etcd.Cluster.Members {
-		if m.IsLearner {
-			return wait(v1alpha1.ReasonRollingOut, "a learner is joining; members restart once it is promoted")
+		if m.Name != "" {
+			members[m.Name] = m
+		}
+	}
+	leaderIndex := o.Etcd.Status[leader].RaftIndex
+	// up: the member answers, reports no alarm and is caught up with the leader.
+	up := func(p rolloutPod) (bool, string) {
+		m, ok := members[p.Name]
+		if !ok {
+			return false, "it is not a member of the cluster"
 		}
 		st, ok := o.Etcd.Status[m.ID]
-		if !ok || len(st.Errors) > 0 || st.Leader != leader {
-			return wait(v1alpha1.ReasonRollingOut, fmt.Sprintf("member %s is not healthy; the next member restarts once every member is healthy", nameOr(m)))
+		switch {
+		case !ok:
+			if err := o.Etcd.StatusErr[m.ID]; err != nil {
+				return false, fmt.Sprintf("etcd does not answer: %v", err)
+			}
+			return false, "etcd does not answer"
+		case len(memberErrors(st)) > 0:
+			return false, "it reports " + strings.Join(memberErrors(st), ", ")
+		case st.Leader != leader:
+			return false, "it does not follow the leader"
+		case leaderIndex > st.RaftIndex+o.MaxLag:
+			return false, fmt.Sprintf("it trails the leader by %d raft entries", leaderIndex-st.RaftIndex)
+		case !p.Ready || p.Deleting:
+			return false, "its pod is not ready"
 		}
-		byName[m.Name] = m
+		return true, ""
+	}
+
+	// A member restarted onto the new template comes back before anything else restarts.
+	for _, p := range updated {
+		ok, why := up(p)
+		if ok {
+			continue
+		}
+		if p.Problem != "" {
+			why = p.Problem
+		}
+		d := since(o.Now, p.FailingSince)
+		if d >= o.MemberTimeout && !p.Deleting {
+			a := wait(v1alpha1.ReasonUpgradeStalled, fmt.Sprintf(
+				"member %s has not become healthy on the new pod template (%s) within %s (spec.upgrade.memberTimeout): %s. "+
+					"The rollout stopped; %d members keep serving on the previous template. Fix the cause and the rollout resumes "+
+					"(a failing pod restarts by itself, or delete it), or set spec.version back to the version the other members run to roll %s back",
+				p.Name, o.versionText(), o.MemberTimeout, why, len(outdated), p.Name))
+			a.Member = p.Name
+			return a
+		}
+		a := wait(v1alpha1.ReasonMemberRestarting, fmt.Sprintf("member %s restarted on the new pod template (%s) %s ago and is not back yet: %s; the next member restarts once it is healthy and caught up (%d outdated)",
+			p.Name, o.versionText(), d.Round(time.Second), why, len(outdated)))
+		a.Member = p.Name
+		if !p.Deleting {
+			a.RequeueAfter = o.MemberTimeout - d
+		}
+		return a
+	}
+
+	sort.Slice(outdated, func(i, j int) bool { return outdated[i].Ordinal > outdated[j].Ordinal })
+	// An outdated member that is down anyway restarts on the current template: it serves
+	// nothing now, so this costs no quorum.
+	for _, p := range outdated {
+		m, isMember := members[p.Name]
+		_, answers := o.Etcd.Status[m.ID]
+		if !isMember || answers || p.Ready || p.Deleting || !p.NodeReady || m.ID == leader {
+			continue
+		}
+		why := p.Problem
+		if why == "" {
+			why = "its pod is not ready and etcd does not answer"
+		}
+		return membershipAction{Kind: actDeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
+			Message: fmt.Sprintf("restarting member %s on the current pod template (%s): it is down on the previous one (%s), so this costs no quorum", p.Name, o.versionText(), why)}
+	}
+
+	// Preflight: every member voting, healthy, caught up, no alarm.
+	for _, m := range o.Etcd.Cluster.Members {
+		if m.IsLearner {
+			return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("learner %s is joining; members restart once it is promoted", nameOr(m)))
+		}
+		if st, ok := o.Etcd.Status[m.ID]; ok {
+			if errs := memberErrors(st); len(errs) > 0 {
+				return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s reports %s; no member restarts while etcd raises an alarm (fix the cause, then etcdctl alarm disarm)",
+					nameOr(m), strings.Join(errs, ", ")))
+			}
+		}
 	}
 	for _, p := range o.Pods {
-		if !p.Ready || p.Deleting {
-			return wait(v1alpha1.ReasonRollingOut, fmt.Sprintf("member pod %s is restarting; the next member restarts once it is ready", p.Name))
+		if ok, why := up(p); !ok {
+			return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s is not ready for the rollout: %s; the next member restarts once every member is healthy and caught up", p.Name, why))
 		}
 	}
-	sort.Slice(outdated, func(i, j int) bool { return outdated[i].Ordinal > outdated[j].Ordinal })
+
 	for _, p := range outdated {
-		if m, ok := byName[p.Name]; ok && m.ID == leader {
+		if m := members[p.Name]; m.ID == leader {
 			continue
 		}
 		return membershipAction{Kind: actDeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
-			Message: fmt.Sprintf("restarting follower %s on the new pod template (%d members outdated)", p.Name, len(outdated))}
+			Message: fmt.Sprintf("restarting follower %s on the new pod template (%s); %d members outdated", p.Name, o.versionText(), len(outdated))}
 	}
 	// Only the leader is outdated: hand leadership to an updated member, then restart it.
 	p := outdated[0]
-	for _, q := range o.Pods {
-		m, ok := byName[q.Name]
-		if ok && q.Revision == o.UpdateRevision && m.ID != leader {
-			return membershipAction{Kind: actMoveLeader, Member: p.Name, ID: leader, Target: m.ID, Reason: v1alpha1.ReasonRollingOut,
-				Message: fmt.Sprintf("moving leadership from %s to the updated member %s before restarting it", p.Name, q.Name)}
+	var best etcd.Member
+	var bestIndex uint64
+	for _, q := range updated {
+		m := members[q.Name]
+		if st := o.Etcd.Status[m.ID]; m.ID != leader && (best.ID == 0 || st.RaftIndex > bestIndex) {
+			best, bestIndex = m, st.RaftIndex
 		}
+	}
+	if best.ID != 0 {
+		return membershipAction{Kind: actMoveLeader, Member: p.Name, ID: leader, Target: best.ID, Reason: v1alpha1.ReasonRollingOut,
+			Message: fmt.Sprintf("moving leadership from %s to the updated member %s before restarting %s", p.Name, best.Name, p.Name)}
 	}
 	if len(o.Pods) == 1 {
 		return membershipAction{Kind: actDeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
-			Message: fmt.Sprintf("restarting the only member %s on the new pod template", p.Name)}
+			Message: fmt.Sprintf("restarting the only member %s on the new pod template (%s)", p.Name, o.versionText())}
 	}
-	return wait(v1alpha1.ReasonRollingOut, "no updated member can take over leadership yet")
+	return wait(v1alpha1.ReasonRolloutWaiting, "no updated member can take over leadership yet")
+}
+
+// afterStep: every pod runs the current template. While that template runs an intermediate
+// release, wait for etcd to raise the cluster version to its minor.
+func (o rolloutObservation) afterStep() membershipAction {
+	if o.StepVersion == "" || o.StepVersion == o.TargetVersion || o.Etcd == nil {
+		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+	}
+	step, err := versions.Parse(o.StepVersion)
+	if err != nil {
+		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+	}
+	cv := o.Etcd.ClusterVersion()
+	if c, err := versions.Parse(cv); err == nil && !c.Less(versions.Version{Major: step.Major, Minor: step.Minor}) {
+		return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s and the cluster version is %s; the next step towards %s starts", o.StepVersion, cv, o.TargetVersion))
+	}
+	if cv == "" {
+		cv = "unknown"
+	}
+	return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s before the next minor towards %s",
+		o.StepVersion, cv, step.MinorString(), o.TargetVersion))
+}
+
+// versionText names the version being rolled out, for messages.
+func (o rolloutObservation) versionText() string {
+	switch {
+	case o.StepVersion == "":
+		return "same version"
+	case o.StepVersion != o.TargetVersion && o.TargetVersion != "":
+		return fmt.Sprintf("etcd %s, on the way to %s", o.StepVersion, o.TargetVersion)
+	}
+	return "etcd " + o.StepVersion
+}
+
+// rolloutProgress is the status of a rollout, nil when none runs.
+func rolloutProgress(o rolloutObservation, a membershipAction) *v1alpha1.UpgradeStatus {
+	var pending, updated int32
+	for _, p := range o.Pods {
+		if p.Revision != o.UpdateRevision {
+			pending++
+		} else {
+			updated++
+		}
+	}
+	stepping := o.StepVersion != "" && o.StepVersion != o.TargetVersion
+	if o.UpdateRevision == "" || (pending == 0 && !stepping) {
+		return nil
+	}
+	s := &v1alpha1.UpgradeStatus{StepVersion: o.StepVersion, UpdatedMembers: updated, PendingMembers: pending, Message: a.Message}
+	if a.Kind == actDeletePod || a.Kind == actMoveLeader || a.Reason == v1alpha1.ReasonMemberRestarting || a.Reason == v1alpha1.ReasonUpgradeStalled {
+		s.Member = a.Member
+	}
+	return s
 }
 
 func nameOr(m etcd.Member) string {
@@ -110,7 +280,8 @@ func rolloutPodsOf(pods []podInfo) []rolloutPod {
 		if !p.Exists {
 			continue
 		}
-		out = append(out, rolloutPod{Name: p.Name, Ordinal: p.Ordinal, Ready: p.Ready, Deleting: p.Deleting, Revision: p.Revision})
+		out = append(out, rolloutPod{Name: p.Name, Ordinal: p.Ordinal, Ready: p.Ready, Deleting: p.Deleting, NodeReady: p.NodeReady,
+			Revision: p.Revision, FailingSince: p.FailingSince, Problem: p.Problem})
 	}
 	return out
 }

@@ -1,17 +1,24 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 )
 
+var roNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// rolloutCluster is three healthy members e-0..e-2 (IDs 1..3) at raft index 1000, led by
+// leader, with the listed IDs not answering.
 func rolloutCluster(leader uint64, unhealthy ...uint64) *etcd.Observed {
 	o := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
 	for i := uint64(0); i < 3; i++ {
 		o.Cluster.Members = append(o.Cluster.Members, etcd.Member{ID: i + 1, Name: "e-" + string(rune('0'+i)), ClientURLs: []string{"u"}})
 		if !contains(unhealthy, i+1) {
-			o.Status[i+1] = etcd.MemberStatus{ID: i + 1, Leader: leader}
+			o.Status[i+1] = etcd.MemberStatus{ID: i + 1, Leader: leader, RaftIndex: 1000, ClusterVersion: "3.5.0"}
 		}
 	}
 	return o
@@ -20,37 +27,146 @@ func rolloutCluster(leader uint64, unhealthy ...uint64) *etcd.Observed {
 func pods(revs ...string) []rolloutPod {
 	var out []rolloutPod
 	for i, r := range revs {
-		out = append(out, rolloutPod{Name: "e-" + string(rune('0'+i)), Ordinal: int32(i), Ready: true, Revision: r})
+		out = append(out, rolloutPod{Name: "e-" + string(rune('0'+i)), Ordinal: int32(i), Ready: true, NodeReady: true, Revision: r,
+			FailingSince: roNow.Add(-time.Hour)})
 	}
 	return out
 }
 
+// ro is a rollout observation of three pods on the given revisions towards "new".
+func ro(etcdObs *etcd.Observed, revs ...string) rolloutObservation {
+	return rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods(revs...), Etcd: etcdObs, Now: roNow,
+		MemberTimeout: 2 * time.Minute, MaxLag: 100, StepVersion: "3.6.16", TargetVersion: "3.6.16"}
+}
+
 func TestDecideRollout(t *testing.T) {
+	edit := func(o rolloutObservation, f func(*rolloutObservation)) rolloutObservation { f(&o); return o }
+	// failing: pod k restarted d ago and does not run; its member does not answer.
+	failing := func(o rolloutObservation, k int, d time.Duration) rolloutObservation {
+		o.Pods[k].Ready, o.Pods[k].FailingSince, o.Pods[k].Problem = false, roNow.Add(-d), "CrashLoopBackOff: back-off 40s; last exit code 1: exec: no such file; 4 restarts"
+		delete(o.Etcd.Status, uint64(k+1))
+		return o
+	}
 	tests := []struct {
 		name   string
 		o      rolloutObservation
 		kind   actionKind
+		reason string
 		member string
 		target uint64
+		msg    string // a part of the message
 	}{
-		{"all updated", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("new", "new", "new"), Etcd: rolloutCluster(1)}, actNone, "", 0},
-		{"StatefulSet behind", rolloutObservation{UpdateRevision: "new", StsCaughtUp: false, Pods: pods("old", "old", "old"), Etcd: rolloutCluster(1)}, actWait, "", 0},
-		{"followers first, highest ordinal", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "old", "old"), Etcd: rolloutCluster(1)}, actDeletePod, "e-2", 0},
-		{"next follower", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "old", "new"), Etcd: rolloutCluster(1)}, actDeletePod, "e-1", 0},
-		{"leader last: move leadership to an updated member", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "new", "new"), Etcd: rolloutCluster(1)}, actMoveLeader, "e-0", 2},
-		{"former leader is a follower now", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "new", "new"), Etcd: rolloutCluster(2)}, actDeletePod, "e-0", 0},
-		{"an unhealthy member stops the rollout", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "old", "new"), Etcd: rolloutCluster(1, 3)}, actWait, "", 0},
-		{"a restarting pod stops the rollout", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: func() []rolloutPod { p := pods("old", "old", "new"); p[2].Ready = false; return p }(), Etcd: rolloutCluster(1)}, actWait, "", 0},
-		{"no leader", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "old", "old"), Etcd: rolloutCluster(0)}, actWait, "", 0},
-		{"etcd unreachable", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "old", "old")}, actWait, "", 0},
-		{"a learner joining", rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old", "old", "old"), Etcd: func() *etcd.Observed { o := rolloutCluster(1); o.Cluster.Members[2].IsLearner = true; return o }()}, actWait, "", 0},
+		{name: "all updated", o: ro(rolloutCluster(1), "new", "new", "new"), kind: actNone},
+		{name: "StatefulSet behind", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *rolloutObservation) { o.StsCaughtUp = false }), kind: actWait},
+		{name: "followers first, highest ordinal", o: ro(rolloutCluster(1), "old", "old", "old"), kind: actDeletePod, member: "e-2"},
+		{name: "next follower", o: ro(rolloutCluster(1), "old", "old", "new"), kind: actDeletePod, member: "e-1"},
+		{name: "leader last: move leadership to an updated member", o: ro(rolloutCluster(1), "old", "new", "new"), kind: actMoveLeader, member: "e-0", target: 2},
+		{name: "leadership goes to the updated member furthest ahead",
+			o: edit(ro(rolloutCluster(1), "old", "new", "new"), func(o *rolloutObservation) {
+				st := o.Etcd.Status[3]
+				st.RaftIndex = 1010
+				o.Etcd.Status[3] = st
+			}), kind: actMoveLeader, member: "e-0", target: 3},
+		{name: "former leader is a follower now", o: ro(rolloutCluster(2), "old", "new", "new"), kind: actDeletePod, member: "e-0"},
+		{name: "an outdated member whose etcd does not answer but whose pod is ready waits", o: ro(rolloutCluster(1, 2), "old", "old", "new"),
+			kind: actWait, reason: v1alpha1.ReasonRolloutWaiting, msg: "member e-1 is not ready for the rollout: etcd does not answer"},
+		{name: "an outdated member that is down restarts first", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 1, time.Minute),
+			kind: actDeletePod, member: "e-1", msg: "down on the previous one"},
+		{name: "a restarting member holds the rollout", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 30*time.Second),
+			kind: actWait, reason: v1alpha1.ReasonMemberRestarting, member: "e-2", msg: "30s ago"},
+		{name: "a restarted member trailing the leader holds the rollout",
+			o: edit(ro(rolloutCluster(1), "old", "old", "new"), func(o *rolloutObservation) {
+				st := o.Etcd.Status[3]
+				st.RaftIndex = 800
+				o.Etcd.Status[3] = st
+				o.Pods[2].FailingSince = roNow.Add(-20 * time.Second)
+			}), kind: actWait, reason: v1alpha1.ReasonMemberRestarting, member: "e-2", msg: "trails the leader by 200 raft entries"},
+		{name: "a restarted member failing past the timeout stops the rollout", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute),
+			kind: actWait, reason: v1alpha1.ReasonUpgradeStalled, member: "e-2", msg: "within 2m0s (spec.upgrade.memberTimeout): CrashLoopBackOff"},
+		{name: "a stalled rollout does not restart a down outdated member",
+			o: failing(failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute), 1, time.Minute),
+			kind: actWait, reason: v1alpha1.ReasonUpgradeStalled, member: "e-2"},
+		{name: "rollback: the member down on the reverted template restarts first",
+			o: failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), kind: actDeletePod, member: "e-2", msg: "costs no quorum"},
+		{name: "a down member on a NotReady node is left to membership",
+			o: edit(failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), func(o *rolloutObservation) { o.Pods[2].NodeReady = false }),
+			kind: actWait, reason: v1alpha1.ReasonRolloutWaiting},
+		{name: "a restarting pod stops the rollout", o: edit(ro(rolloutCluster(1), "old", "old", "new"), func(o *rolloutObservation) {
+			o.Pods[2].Ready, o.Pods[2].FailingSince = false, roNow.Add(-5*time.Second)
+		}), kind: actWait, reason: v1alpha1.ReasonMemberRestarting, msg: "its pod is not ready"},
+		{name: "an alarm stops the rollout",
+			o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *rolloutObservation) {
+				st := o.Etcd.Status[2]
+				st.Errors = []string{"memberID:2 alarm:NOSPACE"}
+				o.Etcd.Status[2] = st
+			}), kind: actWait, reason: v1alpha1.ReasonRolloutWaiting, msg: "alarm:NOSPACE"},
+		{name: "no leader", o: ro(rolloutCluster(0), "old", "old", "old"), kind: actWait},
+		{name: "etcd unreachable", o: ro(nil, "old", "old", "old"), kind: actWait},
+		{name: "a learner joining", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *rolloutObservation) { o.Etcd.Cluster.Members[2].IsLearner = true }),
+			kind: actWait, msg: "learner e-2"},
+		{name: "intermediate step done: wait for the cluster version",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) { o.TargetVersion = "3.7.3" }),
+			kind: actWait, reason: v1alpha1.ReasonVersionStep, msg: "raise the cluster version (now 3.5.0) to 3.6"},
+		{name: "intermediate step done and the cluster version raised",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) {
+				o.TargetVersion = "3.7.3"
+				for id, st := range o.Etcd.Status {
+					st.ClusterVersion = "3.6.0"
+					o.Etcd.Status[id] = st
+				}
+			}),
+			kind: actWait, reason: v1alpha1.ReasonVersionStep, msg: "the next step towards 3.7.3 starts"},
+		{name: "single member restarts in place", o: rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old"), Now: roNow, MemberTimeout: time.Minute,
+			Etcd: &etcd.Observed{Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "e-0", ClientURLs: []string{"u"}}}}, Status: map[uint64]etcd.MemberStatus{1: {ID: 1, Leader: 1}}}},
+			kind: actDeletePod, member: "e-0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := decideRollout(tt.o)
-			if a.Kind != tt.kind || (tt.member != "" && a.Member != tt.member) || a.Target != tt.target || a.Message == "" && a.Kind != actNone {
-				t.Fatalf("got %s %s target %d (%s), want %s %s target %d", a.Kind, a.Member, a.Target, a.Message, tt.kind, tt.member, tt.target)
+			if a.Kind != tt.kind || (tt.member != "" && a.Member != tt.member) || a.Target != tt.target || a.Message == "" && a.Kind != actNone ||
+				(tt.reason != "" && a.Reason != tt.reason) || !strings.Contains(a.Message, tt.msg) {
+				t.Fatalf("got %s %s %s target %d (%s)\nwant %s %s %s target %d (%s)", a.Kind, a.Reason, a.Member, a.Target, a.Message,
+					tt.kind, tt.reason, tt.member, tt.target, tt.msg)
 			}
 		})
+	}
+}
+
+func TestRolloutProgress(t *testing.T) {
+	o := ro(rolloutCluster(1), "old", "new", "new")
+	a := decideRollout(o)
+	s := rolloutProgress(o, a)
+	if s == nil || s.Member != "e-0" || s.UpdatedMembers != 2 || s.PendingMembers != 1 || s.StepVersion != "3.6.16" || s.Message == "" {
+		t.Fatalf("progress %+v", s)
+	}
+	if s := rolloutProgress(ro(rolloutCluster(1), "new", "new", "new"), membershipAction{Kind: actNone}); s != nil {
+		t.Fatalf("no rollout runs, progress %+v", s)
+	}
+	o = ro(rolloutCluster(1), "new", "new", "new")
+	o.TargetVersion = "3.7.3"
+	if s := rolloutProgress(o, decideRollout(o)); s == nil || s.StepVersion != "3.6.16" || s.PendingMembers != 0 {
+		t.Fatalf("between two steps, progress %+v", s)
+	}
+}
+
+// TestCrashLoopOnNewTemplateIsNotReplaced: a member that crash loops on the new pod template
+// while the others still run the old one failed an upgrade; replacing it would lose its data
+// and start a fresh member on the same failing template.
+func TestCrashLoopOnNewTemplateIsNotReplaced(t *testing.T) {
+	crash := func(p *podInfo) {
+		p.CrashLooping, p.FailingSince, p.Ready, p.Running, p.RestartCount = true, mdT0.Add(-time.Hour), false, false, 9
+	}
+	rev := func(r string) func(*podInfo) { return func(p *podInfo) { p.Revision = r } }
+	f := cluster3(3).down(2).pod(0, rev("old")).pod(1, rev("old")).pod(2, rev("new")).pod(2, crash)
+	o := f.obs()
+	o.UpdateRevision = "new"
+	if a := decideMembership(o); a.Kind != actWait || a.Reason != reasonMemberUnhealthy {
+		t.Fatalf("during a rollout: got %s %s (%s), want a wait for the unhealthy member", a.Kind, a.Reason, a.Message)
+	}
+	f = cluster3(3).down(2).pod(0, rev("new")).pod(1, rev("new")).pod(2, rev("new")).pod(2, crash)
+	o = f.obs()
+	o.UpdateRevision = "new"
+	if a := decideMembership(o); a.Kind != actRecordIntent || a.Member != "etc-2" {
+		t.Fatalf("without a rollout: got %s %s (%s), want the replacement to start", a.Kind, a.Member, a.Message)
 	}
 }

@@ -68,9 +68,11 @@ type podInfo struct {
 	FailingSince time.Time
 	// RestartCount of the etcd container, for messages.
 	RestartCount int32
-	// Revision is the StatefulSet template revision the pod runs (controller-revision-hash);
-	// the rolling restart reads it, the membership engine does not.
+	// Revision is the StatefulSet template revision the pod runs (controller-revision-hash).
 	Revision string
+	// Problem says why the etcd container does not run (waiting reason and message, last exit),
+	// for messages; empty when it runs.
+	Problem string
 
 	// PVCExists is true when the ordinal's data claim exists (terminating or not).
 	PVCExists bool
@@ -205,6 +207,9 @@ type memberObservation struct {
 	// LostMemberTimeout is how long a member's pod may sit on a NotReady node, or crash loop,
 	// before the member is replaced.
 	LostMemberTimeout time.Duration
+	// UpdateRevision is the StatefulSet's current template revision. A member crash looping
+	// on it while other pods still run an older one failed an upgrade and is not replaced.
+	UpdateRevision string
 	// DeletePVCOnScaleIn is the retention policy: delete the claim of a member removed by a
 	// scale-in. When false, such claims stay, and a later scale-out onto that ordinal waits
 	// for the user to delete the claim (a removed member's data can never be reused).
@@ -526,6 +531,12 @@ func (v *memberView) lost(m etcd.Member) (why string, lost bool, after time.Dura
 		}
 		after = timeout - d
 	}
+	if p.CrashLooping && v.failsOnNewTemplate(p) {
+		// It fails on the new pod template while other members still run the previous one: a
+		// failed upgrade, not lost data. A fresh member would run the same template; the
+		// rollout reports it (UpgradeStalled) and a rollback restarts it on the old one.
+		return "", false, after
+	}
 	if p.CrashLooping {
 		d := since(v.o.Now, p.FailingSince)
 		if d >= timeout {
@@ -536,6 +547,20 @@ func (v *memberView) lost(m etcd.Member) (why string, lost bool, after time.Dura
 		}
 	}
 	return "", false, after
+}
+
+// failsOnNewTemplate reports whether p runs the StatefulSet's current template while another
+// member pod still runs an older one (a rollout is under way).
+func (v *memberView) failsOnNewTemplate(p podInfo) bool {
+	if v.o.UpdateRevision == "" || p.Revision != v.o.UpdateRevision {
+		return false
+	}
+	for _, q := range v.pods {
+		if q.Exists && q.Revision != "" && q.Revision != v.o.UpdateRevision {
+			return true
+		}
+	}
+	return false
 }
 
 func since(now, t time.Time) time.Duration {

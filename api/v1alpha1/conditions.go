@@ -119,3 +119,22 @@ const (
 	// ReasonLeaderUnreachable : the leader did not answer; leadership cannot be moved yet.
 	ReasonLeaderUnreachable = "LeaderUnreachable"
 )
+
+// Rollout reasons (version upgrades and other pod template changes), in Progressing and
+// Degraded.
+const (
+	// ReasonRolloutWaiting : the rollout waits for its preflight (every member healthy, voting
+	// and caught up, no alarm, a leader).
+	ReasonRolloutWaiting = "RolloutWaiting"
+	// ReasonMemberRestarting : a member restarted onto the new pod template and is not healthy
+	// and caught up yet.
+	ReasonMemberRestarting = "MemberRestarting"
+	// ReasonVersionStep : every member runs an intermediate release; waiting for etcd to raise
+	// the cluster version before the next minor.
+	ReasonVersionStep = "VersionStep"
+	// ReasonUpgradeStalled : a restarted member did not become healthy within
+	// spec.upgrade.memberTimeout; the rollout stopped.
+	ReasonUpgradeStalled = "UpgradeStalled"
+	// ReasonVersionRefused : spec.version is below the cluster version etcd runs.
+	ReasonVersionRefused = "VersionRefused"
+)
