@@ -84,12 +84,12 @@ func TestDecideRollout(t *testing.T) {
 		{name: "a restarted member failing past the timeout stops the rollout", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute),
 			kind: actWait, reason: v1alpha1.ReasonUpgradeStalled, member: "e-2", msg: "within 2m0s (spec.upgrade.memberTimeout): CrashLoopBackOff"},
 		{name: "a stalled rollout does not restart a down outdated member",
-			o: failing(failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute), 1, time.Minute),
+			o:    failing(failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute), 1, time.Minute),
 			kind: actWait, reason: v1alpha1.ReasonUpgradeStalled, member: "e-2"},
 		{name: "rollback: the member down on the reverted template restarts first",
 			o: failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), kind: actDeletePod, member: "e-2", msg: "costs no quorum"},
 		{name: "a down member on a NotReady node is left to membership",
-			o: edit(failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), func(o *rolloutObservation) { o.Pods[2].NodeReady = false }),
+			o:    edit(failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), func(o *rolloutObservation) { o.Pods[2].NodeReady = false }),
 			kind: actWait, reason: v1alpha1.ReasonRolloutWaiting},
 		{name: "a restarting pod stops the rollout", o: edit(ro(rolloutCluster(1), "old", "old", "new"), func(o *rolloutObservation) {
 			o.Pods[2].Ready, o.Pods[2].FailingSince = false, roNow.Add(-5*time.Second)
@@ -105,7 +105,7 @@ func TestDecideRollout(t *testing.T) {
 		{name: "a learner joining", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *rolloutObservation) { o.Etcd.Cluster.Members[2].IsLearner = true }),
 			kind: actWait, msg: "learner e-2"},
 		{name: "intermediate step done: wait for the cluster version",
-			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) { o.TargetVersion = "3.7.3" }),
+			o:    edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) { o.TargetVersion = "3.7.3" }),
 			kind: actWait, reason: v1alpha1.ReasonVersionStep, msg: "raise the cluster version (now 3.5.0) to 3.6"},
 		{name: "intermediate step done and the cluster version raised",
 			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) {
