@@ -34,6 +34,11 @@ Usage:
                                               kill a pod's processes, as a crash
   etcd-pilot local operator stop|start [--dir DIR] [--env KEY=VALUE]... [--clear-env]
                                               stop the operator until started again
+  etcd-pilot local image map IMAGE FOLDER [--dir DIR]
+                                              run IMAGE's containers from FOLDER from their next
+                                              start (a folder without etcd breaks the image)
+  etcd-pilot local image unmap IMAGE [--dir DIR]
+                                              back to the default mapping (bin/etcd/vVERSION)
 
 DIR defaults to .local.
 `
@@ -66,6 +71,8 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 		return 0, localKillPod(ctx, args[1:], stderr)
 	case "operator":
 		return 0, localOperator(ctx, args[1:], stderr)
+	case "image":
+		return 0, localImage(args[1:], stderr)
 	case "shim":
 		// Hidden: the process nodes run each container through it (see node.ShimMain), which
 		// returns only on failure.
@@ -373,6 +380,23 @@ func localKillPod(ctx context.Context, args []string, stderr io.Writer) error {
 		ns, name = "default", pos[0]
 	}
 	return control(ctx, *dirFlag, localcluster.ActionKillPod, url.Values{"namespace": {ns}, "name": {name}})
+}
+
+func localImage(args []string, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("image", stderr)
+	pos, err := localFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	usage := errors.New("usage: local image map IMAGE FOLDER | local image unmap IMAGE [--dir DIR]")
+	path := filepath.Join(*dirFlag, localcluster.ImageOverridesFile)
+	switch {
+	case len(pos) == 3 && pos[0] == "map":
+		return localcluster.SetImageOverride(path, pos[1], pos[2])
+	case len(pos) == 2 && pos[0] == "unmap":
+		return localcluster.SetImageOverride(path, pos[1], "")
+	}
+	return usage
 }
 
 func localOperator(ctx context.Context, args []string, stderr io.Writer) error {

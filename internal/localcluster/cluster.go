@@ -200,7 +200,7 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 	nodesCtx, nodesStop := context.WithCancel(context.Background())
 	c.nodesStop = nodesStop
 	ips := node.NewIPAllocator(prefix)
-	images := EtcdImages(c.opts.Binaries.EtcdRoot)
+	images := WithOverrides(filepath.Join(c.opts.Dir, ImageOverridesFile), EtcdImages(c.opts.Binaries.EtcdRoot))
 	for i := range c.opts.Nodes {
 		name := fmt.Sprintf("local-node-%d", i+1)
 		log, err := c.fileLogger(filepath.Join(c.opts.Dir, "logs", name+".log"))

@@ -1,10 +1,12 @@
 package localcluster
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -40,4 +42,83 @@ func EtcdImages(etcdRoot string) func(image string) (string, error) {
 		}
 		return dir, nil
 	}
+}
+
+// ImageOverridesFile is the file in the local cluster's folder that maps images to folders
+// ahead of EtcdImages: one "IMAGE FOLDER" line each. Tests use it to break an image (map it to
+// a folder without a working etcd) and to repair it; `local image map|unmap` edit it.
+const ImageOverridesFile = "image-overrides"
+
+// WithOverrides resolves an image listed in the overrides file at path (read at every
+// resolution, so a change takes effect at the next container start) to its folder, and every
+// other image through next.
+func WithOverrides(path string, next func(image string) (string, error)) func(image string) (string, error) {
+	return func(image string) (string, error) {
+		m, err := readOverrides(path)
+		if err != nil {
+			return "", err
+		}
+		if dir, ok := m[image]; ok {
+			return dir, nil
+		}
+		return next(image)
+	}
+}
+
+func readOverrides(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read image overrides: %w", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			m[f[0]] = f[1]
+		}
+	}
+	return m, nil
+}
+
+// SetImageOverride maps image to folder in the overrides file at path, or removes its mapping
+// when folder is empty. The file is replaced atomically.
+func SetImageOverride(path, image, folder string) error {
+	if strings.ContainsAny(image, " \t\n") || strings.ContainsAny(folder, " \t\n") {
+		return fmt.Errorf("image and folder must not contain white space")
+	}
+	m, err := readOverrides(path)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	if folder == "" {
+		delete(m, image)
+	} else {
+		abs, err := filepath.Abs(folder)
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%s is not a folder", folder)
+		}
+		m[image] = abs
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s %s\n", k, m[k])
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -49,3 +49,38 @@ func TestEtcdImages(t *testing.T) {
 		}
 	}
 }
+
+func TestImageOverrides(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, ImageOverridesFile)
+	broken := filepath.Join(root, "broken")
+	if err := os.MkdirAll(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	resolve := WithOverrides(path, func(image string) (string, error) { return "/default/" + image, nil })
+	img := v1alpha1.DefaultImageRepository + ":v3.6.16"
+	if got, err := resolve(img); err != nil || got != "/default/"+img {
+		t.Fatalf("without overrides: %q, %v", got, err)
+	}
+	if err := SetImageOverride(path, img, broken); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetImageOverride(path, "other/etcd:v3.5.35", broken); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := resolve(img); err != nil || got != broken {
+		t.Fatalf("mapped: %q, %v; want %s", got, err, broken)
+	}
+	if err := SetImageOverride(path, img, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := resolve(img); got != "/default/"+img {
+		t.Fatalf("unmapped: %q", got)
+	}
+	if got, _ := resolve("other/etcd:v3.5.35"); got != broken {
+		t.Fatalf("the other mapping was lost: %q", got)
+	}
+	if err := SetImageOverride(path, img, filepath.Join(root, "missing")); err == nil || !strings.Contains(err.Error(), "not a folder") {
+		t.Fatalf("mapping to a missing folder: %v", err)
+	}
+}

@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,91 +16,6 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 )
-
-// writer writes keys one after another through every member's name until stopped, and
-// remembers which writes etcd acknowledged.
-type writer struct {
-	cmd   *exec.Cmd
-	stop  string
-	mu    sync.Mutex
-	acked []string
-	times []time.Time // when each acknowledgement arrived
-	done  chan struct{}
-}
-
-// longestGap is the longest time between two acknowledged writes.
-func (w *writer) longestGap() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var gap time.Duration
-	for i := 1; i < len(w.times); i++ {
-		gap = max(gap, w.times[i].Sub(w.times[i-1]))
-	}
-	return gap
-}
-
-func startWriter(t *testing.T, ns string, maxMembers int) *writer {
-	t.Helper()
-	w := &writer{stop: filepath.Join(t.TempDir(), "stop"), done: make(chan struct{})}
-	script := fmt.Sprintf(`i=0; while [ ! -e %s ]; do if etcdctl --endpoints %s --dial-timeout=1s --command-timeout=2s put w$i v$i >/dev/null 2>&1; then echo ack w$i; fi; i=$((i+1)); done`,
-		w.stop, endpoints(ns, maxMembers))
-	w.cmd = exec.Command(bin, "local", "exec", "--dir", dir, "--", "sh", "-c", script)
-	out, err := w.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.cmd.Stderr = os.Stderr
-	if err := w.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(w.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if key, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
-				w.mu.Lock()
-				w.acked = append(w.acked, key)
-				w.times = append(w.times, time.Now())
-				w.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { _ = w.cmd.Process.Kill() })
-	return w
-}
-
-// finish stops the writer and checks that every acknowledged write is readable.
-func (w *writer) finish(t *testing.T, ns string, members int) {
-	t.Helper()
-	if err := os.WriteFile(w.stop, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	<-w.done
-	_ = w.cmd.Wait()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.acked) == 0 {
-		t.Fatalf("no write was acknowledged")
-	}
-	out, err := etcdctl(t, "--endpoints", endpoints(ns, members), "get", "w", "--prefix", "--keys-only")
-	if err != nil {
-		t.Fatalf("read back: %v", err)
-	}
-	have := map[string]bool{}
-	for _, k := range strings.Fields(out) {
-		have[k] = true
-	}
-	var lost []string
-	for _, k := range w.acked {
-		if !have[k] {
-			lost = append(lost, k)
-		}
-	}
-	if len(lost) > 0 {
-		t.Fatalf("%d of %d acknowledged writes are lost: %v", len(lost), len(w.acked), lost)
-	}
-	t.Logf("%d acknowledged writes, all readable", len(w.acked))
-}
 
 // sampler watches the member table throughout a scenario: never more than one learner, and
 // never fewer healthy voting members than quorum once the cluster has formed.
