@@ -78,5 +78,5 @@ lint: ## go vet and gofmt.
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change: $$bad"; exit 1; fi
 
 .PHONY: bench-e2e
-bench-e2e: build ## On the local cluster: its start time, time to Available for 3, 5, 7 members, one scale-out step, one replacement.
+bench-e2e: build ## On the local cluster: its start time, time to Available for 3, 5, 7 members, one scale-out step, one replacement, one upgrade.
 	go test ./test/e2e -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m

@@ -189,6 +189,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	logger := log.FromContext(ctx)
 	obs := observation{generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c), now: time.Now()}
 	_, obs.targetVersion = versionTargets(c)
+	obs.snapshotCount = snapshotCount(c)
 	obs.specReplicas = specReplicas(c)
 	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
@@ -298,6 +299,17 @@ func (r *EtcdClusterReconciler) inventory(c *v1alpha1.EtcdCluster, keep []*unstr
 	}
 }
 
+// defaultSnapshotCount is etcd 3.6's and 3.7's default --snapshot-count.
+const defaultSnapshotCount = 10000
+
+// snapshotCount is the --snapshot-count the members run with.
+func snapshotCount(c *v1alpha1.EtcdCluster) uint64 {
+	if n := c.Spec.Etcd.SnapshotCount; n != nil && *n > 0 {
+		return uint64(*n)
+	}
+	return defaultSnapshotCount
+}
+
 // versionTargets returns the version rendered now (the next step towards the target, see
 // internal/versions) and the target, spec.version or its default.
 func versionTargets(c *v1alpha1.EtcdCluster) (step, target string) {
@@ -305,7 +317,8 @@ func versionTargets(c *v1alpha1.EtcdCluster) (step, target string) {
 	if target == "" {
 		target = v1alpha1.DefaultVersion
 	}
-	step, _ = versions.Step(target, versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion})
+	step, _ = versions.Step(target, versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion,
+		LegacyLog: c.Status.LegacyLogIndex != 0})
 	return step, target
 }
 

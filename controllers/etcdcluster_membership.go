@@ -70,6 +70,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 				Pods:           rolloutPodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
 				MemberTimeout: defaultMemberTimeout, MaxLag: learnerMaxLag,
 				StepVersion: step, TargetVersion: target,
+				LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
 			}
 			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
 				ro.MemberTimeout = d.Duration
@@ -508,6 +509,10 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 			return fmt.Errorf("the leader %s has no client URL", etcd.FormatID(a.ID))
 		}
 		err = cl.MoveLeader(cctx, leader, a.Target)
+	case actAdvanceLog:
+		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+		defer acancel()
+		err = cl.AdvanceLog(actx, a.Entries)
 	default:
 		return fmt.Errorf("unknown membership step %s", a.Kind)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 // observation is everything one pass knows about a cluster. Conditions are a pure function of
@@ -48,6 +49,8 @@ type observation struct {
 	// targetVersion is spec.version (or its default); now is the pass's clock.
 	targetVersion string
 	now           time.Time
+	// snapshotCount is the members' --snapshot-count.
+	snapshotCount uint64
 }
 
 // degradingWaits are membership waits that need the user's attention.
@@ -146,7 +149,14 @@ func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
 			s.Leader, s.LeaderID = leader, leaderID
 		}
 		if cv := o.etcd.ClusterVersion(); cv != "" {
+			if versions.Less(s.ClusterVersion, "3.6.0") && strings.HasPrefix(s.ClusterVersion, "3.5.") && !versions.Less(cv, "3.6.0") {
+				// The log up to here may hold 3.5's v2 entries, which 3.7 cannot replay.
+				s.LegacyLogIndex = max(1, highestIndex(*o.etcd))
+			}
 			s.ClusterVersion = cv
+		}
+		if s.LegacyLogIndex != 0 && snapshotPast(*o.etcd, s.LegacyLogIndex, o.snapshotCount) {
+			s.LegacyLogIndex = 0
 		}
 	} else if o.sts == nil || o.sts.Status.Replicas == 0 {
 		// No member runs: nothing to report. When members run but etcd did not answer, the
@@ -160,6 +170,29 @@ func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
 		cond.ObservedGeneration = o.generation
 		meta.SetStatusCondition(&s.Conditions, cond)
 	}
+}
+
+// highestIndex is the highest raft index any member reports.
+func highestIndex(o etcd.Observed) uint64 {
+	var n uint64
+	for _, st := range o.Status {
+		n = max(n, st.RaftIndex, st.AppliedIndex)
+	}
+	return n
+}
+
+// snapshotPast reports whether every member has applied more than snapshotCount entries past
+// index, so each has taken a raft snapshot after it (etcd snapshots once a member's applied
+// index runs more than --snapshot-count past its last snapshot). A member that did not answer
+// counts as not there yet.
+func snapshotPast(o etcd.Observed, index, snapshotCount uint64) bool {
+	for _, m := range o.Cluster.Members {
+		st, ok := o.Status[m.ID]
+		if !ok || st.AppliedIndex <= index+snapshotCount {
+			return false
+		}
+	}
+	return len(o.Cluster.Members) > 0
 }
 
 // memberStatuses turns an etcd observation into the status member table, the leader's name

@@ -48,7 +48,12 @@ type rolloutObservation struct {
 	// StepVersion is the version rendered in this pass; TargetVersion is spec.version. They
 	// differ while the cluster passes through an intermediate minor.
 	StepVersion, TargetVersion string
+	// LegacyLogIndex is status.legacyLogIndex; SnapshotCount the members' --snapshot-count.
+	LegacyLogIndex, SnapshotCount uint64
 }
+
+// maxAdvancePerStep bounds the entries one AdvanceLog step appends, so one pass stays short.
+const maxAdvancePerStep = 4000
 
 // decideRollout returns the next step of a rolling restart onto the StatefulSet's current
 // template (the StatefulSet uses OnDelete, so pods change only when deleted), or a wait:
@@ -213,25 +218,66 @@ func decideRollout(o rolloutObservation) membershipAction {
 	return wait(v1alpha1.ReasonRolloutWaiting, "no updated member can take over leadership yet")
 }
 
-// afterStep: every pod runs the current template. While that template runs an intermediate
-// release, wait for etcd to raise the cluster version to its minor.
+// afterStep: every pod runs the current template. Until etcd raises the cluster version to
+// that template's minor the upgrade is not done (and an intermediate step cannot go on).
 func (o rolloutObservation) afterStep() membershipAction {
-	if o.StepVersion == "" || o.StepVersion == o.TargetVersion || o.Etcd == nil {
+	if o.StepVersion == "" || o.Etcd == nil {
 		return membershipAction{Kind: actNone, Reason: reasonReconciled}
 	}
 	step, err := versions.Parse(o.StepVersion)
 	if err != nil {
 		return membershipAction{Kind: actNone, Reason: reasonReconciled}
 	}
+	stepping := o.StepVersion != o.TargetVersion
 	cv := o.Etcd.ClusterVersion()
-	if c, err := versions.Parse(cv); err == nil && !c.Less(versions.Version{Major: step.Major, Minor: step.Minor}) {
+	c, err := versions.Parse(cv)
+	switch {
+	case err != nil && !stepping:
+		// etcd did not say; nothing waits on it.
+		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+	case err == nil && !c.Less(versions.Version{Major: step.Major, Minor: step.Minor}):
+		if !stepping {
+			return membershipAction{Kind: actNone, Reason: reasonReconciled}
+		}
+		if o.LegacyLogIndex != 0 {
+			return o.advanceLog()
+		}
 		return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s and the cluster version is %s; the next step towards %s starts", o.StepVersion, cv, o.TargetVersion))
 	}
 	if cv == "" {
 		cv = "unknown"
 	}
-	return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s before the next minor towards %s",
-		o.StepVersion, cv, step.MinorString(), o.TargetVersion))
+	next := ""
+	if stepping {
+		next = " before the next minor towards " + o.TargetVersion
+	}
+	return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s%s",
+		o.StepVersion, cv, step.MinorString(), next))
+}
+
+// advanceLog: before members move to 3.7, each must have snapshotted past the entries
+// written under cluster version 3.5 (etcd 3.7 cannot replay them). Once every member applied
+// more than --snapshot-count entries past LegacyLogIndex, each has; an idle cluster gets there
+// through entries that change no key.
+func (o rolloutObservation) advanceLog() membershipAction {
+	need := uint64(0)
+	for _, m := range o.Etcd.Cluster.Members {
+		st, ok := o.Etcd.Status[m.ID]
+		if !ok {
+			return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s does not answer; the members must each take a raft snapshot past index %d before %s, which cannot replay older entries",
+				nameOr(m), o.LegacyLogIndex, o.TargetVersion))
+		}
+		if want := o.LegacyLogIndex + o.SnapshotCount + 1; st.AppliedIndex < want {
+			need = max(need, want-st.AppliedIndex)
+		}
+	}
+	if need == 0 {
+		return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member has taken a raft snapshot past index %d; the next step towards %s starts", o.LegacyLogIndex, o.TargetVersion))
+	}
+	n := int(min(need, maxAdvancePerStep))
+	return membershipAction{Kind: actAdvanceLog, Entries: n, Reason: v1alpha1.ReasonVersionStep, Message: fmt.Sprintf(
+		"the raft logs may still hold entries written under cluster version 3.5 (up to index %d), which etcd %s cannot replay: appending %d entries that change no key (lease grant and revoke), %d still needed for every member to snapshot past them (--snapshot-count %d)",
+		o.LegacyLogIndex, o.TargetVersion, n, need, o.SnapshotCount)}
 }
 
 // versionText names the version being rolled out, for messages.
@@ -255,8 +301,7 @@ func rolloutProgress(o rolloutObservation, a membershipAction) *v1alpha1.Upgrade
 			updated++
 		}
 	}
-	stepping := o.StepVersion != "" && o.StepVersion != o.TargetVersion
-	if o.UpdateRevision == "" || (pending == 0 && !stepping) {
+	if o.UpdateRevision == "" || (pending == 0 && a.Reason != v1alpha1.ReasonVersionStep) {
 		return nil
 	}
 	s := &v1alpha1.UpgradeStatus{StepVersion: o.StepVersion, UpdatedMembers: updated, PendingMembers: pending, Message: a.Message}

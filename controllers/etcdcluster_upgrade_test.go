@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 )
@@ -56,7 +58,16 @@ func TestDecideRollout(t *testing.T) {
 		target uint64
 		msg    string // a part of the message
 	}{
-		{name: "all updated", o: ro(rolloutCluster(1), "new", "new", "new"), kind: actNone},
+		{name: "all updated, same minor", o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) { o.StepVersion, o.TargetVersion = "3.5.35", "3.5.35" }),
+			kind: actNone},
+		{name: "all updated to a new minor: wait for etcd to raise the cluster version", o: ro(rolloutCluster(1), "new", "new", "new"),
+			kind: actWait, reason: v1alpha1.ReasonVersionStep, msg: "raise the cluster version (now 3.5.0) to 3.6"},
+		{name: "all updated, cluster version unknown", o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) {
+			for id, st := range o.Etcd.Status {
+				st.ClusterVersion = ""
+				o.Etcd.Status[id] = st
+			}
+		}), kind: actNone},
 		{name: "StatefulSet behind", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *rolloutObservation) { o.StsCaughtUp = false }), kind: actWait},
 		{name: "followers first, highest ordinal", o: ro(rolloutCluster(1), "old", "old", "old"), kind: actDeletePod, member: "e-2"},
 		{name: "next follower", o: ro(rolloutCluster(1), "old", "old", "new"), kind: actDeletePod, member: "e-1"},
@@ -116,6 +127,24 @@ func TestDecideRollout(t *testing.T) {
 				}
 			}),
 			kind: actWait, reason: v1alpha1.ReasonVersionStep, msg: "the next step towards 3.7.3 starts"},
+		{name: "3.5-era log entries: append entries until every member snapshots past them",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) {
+				o.TargetVersion, o.LegacyLogIndex, o.SnapshotCount = "3.7.3", 900, 10000
+				for id, st := range o.Etcd.Status {
+					st.ClusterVersion, st.AppliedIndex = "3.6.0", 1000
+					o.Etcd.Status[id] = st
+				}
+			}),
+			kind: actAdvanceLog, reason: v1alpha1.ReasonVersionStep, msg: "appending 4000 entries that change no key (lease grant and revoke), 9901 still needed"},
+		{name: "3.5-era log entries: every member has snapshotted past them",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *rolloutObservation) {
+				o.TargetVersion, o.LegacyLogIndex, o.SnapshotCount = "3.7.3", 900, 100
+				for id, st := range o.Etcd.Status {
+					st.ClusterVersion, st.AppliedIndex = "3.6.0", 1001
+					o.Etcd.Status[id] = st
+				}
+			}),
+			kind: actWait, reason: v1alpha1.ReasonVersionStep, msg: "every member has taken a raft snapshot past index 900"},
 		{name: "single member restarts in place", o: rolloutObservation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old"), Now: roNow, MemberTimeout: time.Minute,
 			Etcd: &etcd.Observed{Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "e-0", ClientURLs: []string{"u"}}}}, Status: map[uint64]etcd.MemberStatus{1: {ID: 1, Leader: 1}}}},
 			kind: actDeletePod, member: "e-0"},
@@ -143,6 +172,10 @@ func TestRolloutProgress(t *testing.T) {
 		t.Fatalf("no rollout runs, progress %+v", s)
 	}
 	o = ro(rolloutCluster(1), "new", "new", "new")
+	if s := rolloutProgress(o, decideRollout(o)); s == nil || s.PendingMembers != 0 || !strings.Contains(s.Message, "cluster version") {
+		t.Fatalf("waiting for the cluster version, progress %+v", s)
+	}
+	o = ro(rolloutCluster(1), "new", "new", "new")
 	o.TargetVersion = "3.7.3"
 	if s := rolloutProgress(o, decideRollout(o)); s == nil || s.StepVersion != "3.6.16" || s.PendingMembers != 0 {
 		t.Fatalf("between two steps, progress %+v", s)
@@ -168,5 +201,42 @@ func TestCrashLoopOnNewTemplateIsNotReplaced(t *testing.T) {
 	o.UpdateRevision = "new"
 	if a := decideMembership(o); a.Kind != actRecordIntent || a.Member != "etc-2" {
 		t.Fatalf("without a rollout: got %s %s (%s), want the replacement to start", a.Kind, a.Member, a.Message)
+	}
+}
+
+// TestLegacyLogIndex: the raft index is recorded when the cluster version rises from 3.5,
+// and cleared once every member applied more than --snapshot-count entries past it.
+func TestLegacyLogIndex(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	c.Status.ClusterVersion = "3.5.0"
+	obs := func(cv string, applied uint64) observation {
+		e := rolloutCluster(1)
+		for id, st := range e.Status {
+			st.ClusterVersion, st.RaftIndex, st.AppliedIndex = cv, applied, applied
+			e.Status[id] = st
+		}
+		return observation{etcd: e, snapshotCount: 100, now: roNow}
+	}
+	setStatus(c, obs("3.5.0", 500), topology{selector: labels.Everything()})
+	if c.Status.LegacyLogIndex != 0 {
+		t.Fatalf("still 3.5: legacyLogIndex %d", c.Status.LegacyLogIndex)
+	}
+	setStatus(c, obs("3.6.0", 600), topology{selector: labels.Everything()})
+	if c.Status.LegacyLogIndex != 600 || c.Status.ClusterVersion != "3.6.0" {
+		t.Fatalf("after the rise: legacyLogIndex %d, clusterVersion %s; want 600, 3.6.0", c.Status.LegacyLogIndex, c.Status.ClusterVersion)
+	}
+	setStatus(c, obs("3.6.0", 700), topology{selector: labels.Everything()})
+	if c.Status.LegacyLogIndex != 600 {
+		t.Fatalf("100 entries later (not past --snapshot-count): legacyLogIndex %d", c.Status.LegacyLogIndex)
+	}
+	setStatus(c, obs("3.6.0", 701), topology{selector: labels.Everything()})
+	if c.Status.LegacyLogIndex != 0 {
+		t.Fatalf("101 entries later: legacyLogIndex %d, want it cleared", c.Status.LegacyLogIndex)
+	}
+	// A cluster created on 3.6 never gets one.
+	c = &v1alpha1.EtcdCluster{}
+	setStatus(c, obs("3.6.0", 10), topology{selector: labels.Everything()})
+	if c.Status.LegacyLogIndex != 0 {
+		t.Fatalf("created on 3.6: legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}
 }

@@ -244,9 +244,13 @@ const (
 	// actDeletePVC: delete the data claim of the pod Member.
 	actDeletePVC actionKind = "DeletePVC"
 	// actDeletePod: delete the pod Member (with grace period 0 when Force: its node is not
-	// ready, so the kubelet will never confirm). Only ever returned for a pod whose member is
-	// not a voting member, so a zombie process cannot harm the cluster.
+	// ready, so the kubelet will never confirm). Membership returns it only for a pod whose
+	// member is not a voting member, so a zombie process cannot harm the cluster; the rollout
+	// returns it to restart one member at a time onto a new pod template, with quorum intact.
 	actDeletePod actionKind = "DeletePod"
+	// actAdvanceLog appends Entries raft entries that change no key (lease grant/revoke), so
+	// every member snapshots past the log entries etcd 3.7 cannot replay.
+	actAdvanceLog actionKind = "AdvanceLog"
 )
 
 // membershipAction is the one next step.
@@ -262,6 +266,8 @@ type membershipAction struct {
 	Replicas int32
 	// Target is the transferee of MoveLeader.
 	Target uint64
+	// Entries is the number of raft entries AdvanceLog appends.
+	Entries int
 	// Force asks DeletePod for grace period 0.
 	Force bool
 	// Intent is the intent to store (RecordIntent).

@@ -339,6 +339,14 @@ type EtcdClusterStatus struct {
 	// +optional
 	ClusterVersion string `json:"clusterVersion,omitempty"`
 
+	// LegacyLogIndex is set while the members' raft logs may still hold entries written under
+	// cluster version 3.5 (etcd 3.5's v2 requests), which etcd 3.7 cannot replay: the raft
+	// index the log had when the cluster version rose from 3.5. The operator keeps the members
+	// on 3.6 until each has taken a raft snapshot past it (proposing lease grant/revoke pairs,
+	// which change no key, when the cluster is too idle to get there soon), then clears it.
+	// +optional
+	LegacyLogIndex uint64 `json:"legacyLogIndex,omitempty"`
+
 	// Upgrade is the rollout under way: set while members still run an older pod template, or
 	// while the cluster passes through an intermediate minor version.
 	// +optional

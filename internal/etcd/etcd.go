@@ -38,9 +38,12 @@ type MemberStatus struct {
 	DBSize    int64
 	Leader    uint64
 	RaftIndex uint64
-	RaftTerm  uint64
-	IsLearner bool
-	Errors    []string // alarms and health problems the member reports
+	// AppliedIndex is the last raft entry the member applied; it snapshots every
+	// --snapshot-count applied entries.
+	AppliedIndex uint64
+	RaftTerm     uint64
+	IsLearner    bool
+	Errors       []string // alarms and health problems the member reports
 	// ClusterVersion is the cluster version the member knows (MAJOR.MINOR.0), from its
 	// /version endpoint; empty when that did not answer.
 	ClusterVersion string
@@ -68,6 +71,10 @@ type Client interface {
 	// MoveLeader hands leadership to transferee; leaderEndpoint must be the current leader's
 	// client URL (etcd only accepts the call there).
 	MoveLeader(ctx context.Context, leaderEndpoint string, transferee uint64) error
+	// AdvanceLog appends at least n raft entries that change no key: lease grant and revoke
+	// pairs. Members snapshot every --snapshot-count applied entries, so this moves an idle
+	// cluster's snapshots past old log entries.
+	AdvanceLog(ctx context.Context, n int) error
 	// Close releases the connections.
 	Close() error
 }
@@ -123,7 +130,7 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 	}
 	st := MemberStatus{
 		ID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId, Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader,
-		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
+		RaftIndex: resp.RaftIndex, AppliedIndex: resp.RaftAppliedIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
 	}
 	// The cluster version is not part of the status reply; every member serves it on its
 	// client URL's /version. A failure there leaves it empty and is not the member's health.
@@ -191,6 +198,48 @@ func (c *client) MoveLeader(ctx context.Context, leaderEndpoint string, transfer
 	defer lc.Close()
 	if _, err := lc.MoveLeader(ctx, transferee); err != nil {
 		return fmt.Errorf("failed to move etcd leadership to %s: %w", FormatID(transferee), err)
+	}
+	return nil
+}
+
+// advanceWorkers is how many lease grant/revoke pairs AdvanceLog keeps in flight.
+const advanceWorkers = 16
+
+func (c *client) AdvanceLog(ctx context.Context, n int) error {
+	pairs := (n + 1) / 2
+	var next, failed int
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < advanceWorkers; w++ {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if next >= pairs || firstErr != nil {
+					mu.Unlock()
+					return
+				}
+				next++
+				mu.Unlock()
+				lease, err := c.c.Grant(ctx, 60)
+				if err == nil {
+					_, err = c.c.Revoke(ctx, lease.ID)
+				}
+				if err != nil {
+					mu.Lock()
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return fmt.Errorf("failed to advance the raft log (%d of %d lease grant/revoke pairs failed): %w", failed, pairs, firstErr)
 	}
 	return nil
 }

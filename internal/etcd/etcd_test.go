@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 )
 
@@ -93,6 +95,22 @@ func TestClientAgainstRealEtcd(t *testing.T) {
 	}
 	if got := (etcd.Observed{Status: map[uint64]etcd.MemberStatus{st.ID: st}}).ClusterVersion(); got != "3.6.0" {
 		t.Fatalf("Observed.ClusterVersion() = %q", got)
+	}
+
+	// AdvanceLog appends entries without touching a key.
+	revBefore := kvRevision(t, ep)
+	if err := c.AdvanceLog(ctx, 300); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.AppliedIndex < st.AppliedIndex+300 {
+		t.Fatalf("applied index %d -> %d, want at least 300 more", st.AppliedIndex, after.AppliedIndex)
+	}
+	if rev := kvRevision(t, ep); rev != revBefore {
+		t.Fatalf("AdvanceLog changed the key-value store: revision %d -> %d", revBefore, rev)
 	}
 
 	// A learner counts for no vote, so adding one to a single member keeps quorum.
@@ -182,4 +200,21 @@ func TestIDsRoundTrip(t *testing.T) {
 	if err != nil || got != id || etcd.FormatID(id) != "8e9e05c52164694d" {
 		t.Fatalf("FormatID/ParseID: %s %x %v", etcd.FormatID(id), got, err)
 	}
+}
+
+// kvRevision is the key-value store's revision at ep.
+func kvRevision(t *testing.T, ep string) int64 {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
 }

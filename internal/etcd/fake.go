@@ -37,6 +37,19 @@ func (f *Fake) count(name string) {
 	f.Calls[name]++
 }
 
+// AdvanceLog implements Client: it raises every member's raft and applied index by n.
+func (f *Fake) AdvanceLog(_ context.Context, n int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("AdvanceLog")
+	for ep, st := range f.Statuses {
+		st.RaftIndex += uint64(n)
+		st.AppliedIndex += uint64(n)
+		f.Statuses[ep] = st
+	}
+	return nil
+}
+
 // MemberList implements Client.
 func (f *Fake) MemberList(context.Context) (Cluster, error) {
 	f.mu.Lock()

@@ -60,7 +60,7 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	}
 	// The members run the next step towards the target: the target itself, or an intermediate
 	// release when it is more than one minor ahead of what etcd reports (status).
-	running := versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion}
+	running := versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion, LegacyLog: c.Status.LegacyLogIndex != 0}
 	if err := versions.Check(target, running); err != nil {
 		return charts.Values{}, &VersionError{Err: err}
 	}

@@ -76,6 +76,9 @@ func Less(a, b string) bool {
 type Running struct {
 	ClusterVersion string
 	Lowest         string
+	// LegacyLog is true while members' raft logs may hold entries written under cluster
+	// version 3.5, which etcd 3.7 and later cannot replay (status.legacyLogIndex).
+	LegacyLog bool
 }
 
 // Check refuses a target the running cluster cannot move to: a minor version below etcd's
@@ -124,6 +127,13 @@ func Step(target string, r Running) (string, string) {
 		if rel, ok := StepReleases[5]; ok {
 			return rel, fmt.Sprintf("members run %s; leaving 3.5 needs 3.5.%d or later, so the cluster moves to %s before %s", low, minLeave35, rel, target)
 		}
+	}
+	if t.Major == 3 && t.Minor >= 7 && cur.Major == 3 && cur.Minor == 6 && r.LegacyLog {
+		hold := StepReleases[6]
+		if low, err := Parse(r.Lowest); err == nil && low.Major == 3 && low.Minor == 6 {
+			hold = low.String()
+		}
+		return hold, fmt.Sprintf("the members' raft logs still hold entries written under cluster version 3.5, which etcd %s cannot replay; the members stay on %s until each has taken a raft snapshot past them", t.MinorString(), hold)
 	}
 	if t.Minor > cur.Minor+1 {
 		if rel, ok := StepReleases[cur.Minor+1]; ok && t.Major == 3 {

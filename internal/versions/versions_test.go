@@ -12,19 +12,22 @@ func TestStep(t *testing.T) {
 		want, whyContain string
 	}{
 		{name: "a forming cluster runs the target", target: "3.7.3", want: "3.7.3"},
-		{name: "patch upgrade directly", target: "3.6.16", running: Running{"3.6.0", "3.6.15"}, want: "3.6.16"},
-		{name: "patch downgrade directly", target: "3.6.15", running: Running{"3.6.0", "3.6.16"}, want: "3.6.15"},
-		{name: "one minor directly", target: "3.6.16", running: Running{"3.5.0", "3.5.35"}, want: "3.6.16"},
-		{name: "two minors through 3.6", target: "3.7.3", running: Running{"3.5.0", "3.5.35"}, want: "3.6.16", whyContain: "one minor at a time"},
-		{name: "two minors, half of the first step done", target: "3.7.3", running: Running{"3.5.0", "3.5.35"}, want: "3.6.16", whyContain: "through 3.6.16"},
-		{name: "two minors, first step done", target: "3.7.3", running: Running{"3.6.0", "3.6.16"}, want: "3.7.3"},
-		{name: "second step half done", target: "3.7.3", running: Running{"3.6.0", "3.6.16"}, want: "3.7.3"},
-		{name: "done", target: "3.7.3", running: Running{"3.7.0", "3.7.3"}, want: "3.7.3"},
-		{name: "old 3.5 moves to a recent 3.5 first", target: "3.6.16", running: Running{"3.5.0", "3.5.15"}, want: "3.5.35", whyContain: "3.5.20 or later"},
-		{name: "old 3.5 patch upgrade is direct", target: "3.5.17", running: Running{"3.5.0", "3.5.15"}, want: "3.5.17"},
-		{name: "cluster version unknown, lowest known", target: "3.7.3", running: Running{"", "3.5.35"}, want: "3.6.16", whyContain: "one minor at a time"},
-		{name: "rollback within the cluster version", target: "3.5.35", running: Running{"3.5.0", "3.5.35"}, want: "3.5.35"},
-		{name: "unparsable target passes through", target: "x", running: Running{"3.5.0", "3.5.35"}, want: "x"},
+		{name: "patch upgrade directly", target: "3.6.16", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.15"}, want: "3.6.16"},
+		{name: "patch downgrade directly", target: "3.6.15", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.16"}, want: "3.6.15"},
+		{name: "one minor directly", target: "3.6.16", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.35"}, want: "3.6.16"},
+		{name: "two minors through 3.6", target: "3.7.3", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.35"}, want: "3.6.16", whyContain: "one minor at a time"},
+		{name: "two minors, half of the first step done", target: "3.7.3", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.35"}, want: "3.6.16", whyContain: "through 3.6.16"},
+		{name: "two minors, first step done", target: "3.7.3", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.16"}, want: "3.7.3"},
+		{name: "second step half done", target: "3.7.3", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.16"}, want: "3.7.3"},
+		{name: "done", target: "3.7.3", running: Running{ClusterVersion: "3.7.0", Lowest: "3.7.3"}, want: "3.7.3"},
+		{name: "3.5-era log entries hold 3.7 back", target: "3.7.3", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.16", LegacyLog: true}, want: "3.6.16", whyContain: "cannot replay"},
+		{name: "3.5-era log entries hold a direct 3.6 to 3.7 upgrade at the running patch", target: "3.7.3", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.15", LegacyLog: true}, want: "3.6.15", whyContain: "raft snapshot"},
+		{name: "3.5-era log entries do not hold a 3.6 patch upgrade", target: "3.6.16", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.15", LegacyLog: true}, want: "3.6.16"},
+		{name: "old 3.5 moves to a recent 3.5 first", target: "3.6.16", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.15"}, want: "3.5.35", whyContain: "3.5.20 or later"},
+		{name: "old 3.5 patch upgrade is direct", target: "3.5.17", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.15"}, want: "3.5.17"},
+		{name: "cluster version unknown, lowest known", target: "3.7.3", running: Running{ClusterVersion: "", Lowest: "3.5.35"}, want: "3.6.16", whyContain: "one minor at a time"},
+		{name: "rollback within the cluster version", target: "3.5.35", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.35"}, want: "3.5.35"},
+		{name: "unparsable target passes through", target: "x", running: Running{ClusterVersion: "3.5.0", Lowest: "3.5.35"}, want: "x"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,10 +49,10 @@ func TestCheck(t *testing.T) {
 		wantErr string
 	}{
 		{target: "3.6.16", running: Running{}},
-		{target: "3.5.35", running: Running{"3.5.0", "3.6.16"}},
-		{target: "3.6.15", running: Running{"3.6.0", "3.6.16"}},
-		{target: "3.5.35", running: Running{"3.6.0", "3.6.16"}, wantErr: "older than the cluster version 3.6"},
-		{target: "3.6.16", running: Running{"3.7.0", "3.7.3"}, wantErr: "set spec.version to a 3.7 release"},
+		{target: "3.5.35", running: Running{ClusterVersion: "3.5.0", Lowest: "3.6.16"}},
+		{target: "3.6.15", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.16"}},
+		{target: "3.5.35", running: Running{ClusterVersion: "3.6.0", Lowest: "3.6.16"}, wantErr: "older than the cluster version 3.6"},
+		{target: "3.6.16", running: Running{ClusterVersion: "3.7.0", Lowest: "3.7.3"}, wantErr: "set spec.version to a 3.7 release"},
 	}
 	for _, tc := range cases {
 		err := Check(tc.target, tc.running)

@@ -50,3 +50,26 @@ func BenchmarkMembershipStep(b *testing.B) {
 		b.ReportMetric(total.Seconds()/float64(b.N), "s-per-replacement")
 	})
 }
+
+// BenchmarkUpgrade measures the upgrade of a 3-member cluster from etcd 3.5.35 to 3.6.16 while
+// a client writes sequentially (500 ms per write): the upgrade's duration, the longest gap
+// between acknowledged writes, and the leader changes (raft terms the writes went through).
+// Run it with `make bench-e2e`.
+func BenchmarkUpgrade(b *testing.B) {
+	var took, gap time.Duration
+	var terms, changes float64
+	for i := 0; i < b.N; i++ {
+		ns := namespace(b)
+		createVersioned(b, ns, "3.5.35", nil)
+		run := upgrade(b, ns, "3.6.16")
+		took += run.took
+		gap = max(gap, run.gap)
+		terms += float64(run.termChanges)
+		changes += float64(run.leaderChanges)
+	}
+	n := float64(b.N)
+	b.ReportMetric(took.Seconds()/n, "s-per-upgrade")
+	b.ReportMetric(float64(gap.Milliseconds()), "ms-longest-write-gap")
+	b.ReportMetric(terms/n, "leader-changes")
+	b.ReportMetric(changes/n, "leader-changes-seen-by-operator")
+}

@@ -27,7 +27,7 @@ type sampler struct {
 	samples  int
 }
 
-func startSampler(t *testing.T, ns string) *sampler {
+func startSampler(t testing.TB, ns string) *sampler {
 	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -66,7 +66,7 @@ func startSampler(t *testing.T, ns string) *sampler {
 	return s
 }
 
-func (s *sampler) finish(t *testing.T) {
+func (s *sampler) finish(t testing.TB) {
 	t.Helper()
 	close(s.stop)
 	<-s.done

@@ -89,7 +89,7 @@ func etcdClient(t testing.TB, ns string, n int) *clientv3.Client {
 	return cli
 }
 
-func startWriter(t *testing.T, ns string, maxMembers int) *writer {
+func startWriter(t testing.TB, ns string, maxMembers int) *writer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writer{cli: etcdClient(t, ns, maxMembers), cancel: cancel, done: make(chan struct{})}
@@ -144,7 +144,7 @@ func (w *writer) termChanges() int {
 
 // finish stops the writer and checks that every acknowledged write is readable through the
 // first `members` members.
-func (w *writer) finish(t *testing.T, ns string, members int) {
+func (w *writer) finish(t testing.TB, ns string, members int) {
 	t.Helper()
 	w.cancel()
 	<-w.done
