@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -535,5 +537,103 @@ func TestEphemeralStorageIsWarnedAbout(t *testing.T) {
 	sts := waitStatefulSet(t, ns)
 	if len(sts.Spec.VolumeClaimTemplates) != 0 || sts.Spec.Template.Spec.Volumes[0].EmptyDir == nil {
 		t.Fatalf("ephemeral cluster has volume claims")
+	}
+}
+
+// TestLeaderChangeIsCountedInStatusEventsAndMetrics: a new leader shows in status (leader,
+// leaderChanges, lastLeaderChangeTime), as a LeaderChanged event and in the
+// etcdpilot_cluster_leader_changes_total metric.
+func TestLeaderChangeIsCountedInStatusEventsAndMetrics(t *testing.T) {
+	ns := env.Namespace(t)
+	f := healthyEtcd(ns, 3)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	c := waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
+	if c.Status.LeaderChanges != 0 || c.Status.Leader != "etcd-0" {
+		t.Fatalf("before: leader %s, %d changes", c.Status.Leader, c.Status.LeaderChanges)
+	}
+	before := leaderChangesMetric(t, ns)
+	f.SetLeader(0xa1)
+	poke(t, ns)
+	eventually(t, timeout, "a leader change in status", func() error {
+		c = getCluster(t, ns)
+		if c.Status.Leader != "etcd-1" || c.Status.LeaderChanges != 1 || c.Status.LastLeaderChangeTime == nil {
+			return fmt.Errorf("leader %s, %d changes, last %v", c.Status.Leader, c.Status.LeaderChanges, c.Status.LastLeaderChangeTime)
+		}
+		return nil
+	})
+	eventually(t, timeout, "a LeaderChanged event", func() error {
+		evs := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "LeaderChanged" && strings.Contains(e.Note, "etcd-1 (a1) leads now; etcd-0 (a0) led before") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no LeaderChanged event among %d", len(evs.Items))
+	})
+	if got := leaderChangesMetric(t, ns); got != before+1 {
+		t.Fatalf("etcdpilot_cluster_leader_changes_total went from %v to %v, want +1", before, got)
+	}
+}
+
+// leaderChangesMetric reads etcdpilot_cluster_leader_changes_total for the cluster in ns.
+func leaderChangesMetric(t *testing.T, ns string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "etcdpilot_cluster_leader_changes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["name"] == "etcd" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// poke changes an annotation of the EtcdCluster, which starts a pass.
+func poke(t *testing.T, ns string) {
+	t.Helper()
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations["test/poke"] = time.Now().String()
+	if err := env.Client.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVersionBelowTheClusterVersionIsRefused: a spec.version older than the cluster version
+// etcd reports (stored before the admission rule, or by a client that skipped it) blocks the
+// render with Degraded VersionRefused, and nothing is applied from it.
+func TestVersionBelowTheClusterVersionIsRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	f := healthyEtcd(ns, 3)
+	f.SetClusterVersion("3.6.0")
+	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.Version = "3.5.35" })
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	c := waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonVersionRefused)
+	d := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded)
+	if !strings.Contains(d.Message, "spec.version 3.5.35 is older than the cluster version 3.6") || !strings.Contains(d.Message, "set spec.version to a 3.6 release") {
+		t.Fatalf("Degraded message %q", d.Message)
+	}
+	if c.Status.ClusterVersion != "3.6.0" || c.Status.TargetVersion != "3.5.35" {
+		t.Fatalf("clusterVersion %q targetVersion %q", c.Status.ClusterVersion, c.Status.TargetVersion)
 	}
 }

@@ -37,6 +37,26 @@ func (f *Fake) count(name string) {
 	f.Calls[name]++
 }
 
+// SetLeader makes every member report leader as the leader.
+func (f *Fake) SetLeader(leader uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ep, st := range f.Statuses {
+		st.Leader = leader
+		f.Statuses[ep] = st
+	}
+}
+
+// SetClusterVersion makes every member report cluster version v.
+func (f *Fake) SetClusterVersion(v string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ep, st := range f.Statuses {
+		st.ClusterVersion = v
+		f.Statuses[ep] = st
+	}
+}
+
 // AdvanceLog implements Client: it raises every member's raft and applied index by n.
 func (f *Fake) AdvanceLog(_ context.Context, n int) error {
 	f.mu.Lock()
