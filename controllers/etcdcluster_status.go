@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -213,7 +212,7 @@ func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderNam
 		if st, ok := o.Status[m.ID]; ok {
 			ms.Healthy = len(memberErrors(st)) == 0
 			ms.Version, ms.DBSizeBytes, ms.RaftIndex = st.Version, st.DBSize, st.RaftIndex
-			if lowest == "" || versionLess(st.Version, lowest) {
+			if lowest == "" || versions.Less(st.Version, lowest) {
 				lowest = st.Version
 			}
 		}
@@ -224,24 +223,6 @@ func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderNam
 	}
 	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
 	return members, leaderName, leaderID, lowest
-}
-
-// versionLess compares MAJOR.MINOR.PATCH versions numerically.
-func versionLess(a, b string) bool {
-	pa, pb := strings.SplitN(a, ".", 3), strings.SplitN(b, ".", 3)
-	for i := 0; i < 3; i++ {
-		var x, y int
-		if i < len(pa) {
-			x, _ = strconv.Atoi(strings.SplitN(pa[i], "-", 2)[0])
-		}
-		if i < len(pb) {
-			y, _ = strconv.Atoi(strings.SplitN(pb[i], "-", 2)[0])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
 }
 
 // conditions computes Available, Progressing, Degraded, Ready and EphemeralStorage.

@@ -195,17 +195,6 @@ func TestConditionTransitionsAreEventsOnlyOnChange(t *testing.T) {
 	}
 }
 
-func TestVersionLess(t *testing.T) {
-	for _, tt := range []struct {
-		a, b string
-		want bool
-	}{{"3.5.35", "3.6.0", true}, {"3.6.10", "3.6.9", false}, {"3.6.9", "3.6.10", true}, {"3.7.0", "3.7.0", false}} {
-		if got := versionLess(tt.a, tt.b); got != tt.want {
-			t.Errorf("versionLess(%s, %s) = %v", tt.a, tt.b, got)
-		}
-	}
-}
-
 func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
 	o := cluster(3, 1, nil, nil)
 	st := o.Status[1]

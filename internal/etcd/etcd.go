@@ -19,6 +19,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 // Member is one entry of etcd's member list.
@@ -285,29 +287,11 @@ func (o Observed) ClusterVersion() string {
 	}
 	out := ""
 	for _, st := range o.Status {
-		if st.ClusterVersion != "" && (out == "" || lessVersion(st.ClusterVersion, out)) {
+		if st.ClusterVersion != "" && (out == "" || versions.Less(st.ClusterVersion, out)) {
 			out = st.ClusterVersion
 		}
 	}
 	return out
-}
-
-// lessVersion compares MAJOR.MINOR.PATCH strings numerically (unparsable parts count as 0).
-func lessVersion(a, b string) bool {
-	pa, pb := strings.SplitN(a, ".", 3), strings.SplitN(b, ".", 3)
-	for i := 0; i < 3; i++ {
-		var x, y int
-		if i < len(pa) {
-			x, _ = strconv.Atoi(pa[i])
-		}
-		if i < len(pb) {
-			y, _ = strconv.Atoi(pb[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
 }
 
 // Observe reads the member list through c and then asks every member with a client URL for
