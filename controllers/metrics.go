@@ -10,31 +10,27 @@ import (
 // Metrics of the clusters the operator runs, served on the manager's metrics endpoint. Every
 // series carries the EtcdCluster's namespace and name; they are dropped when it is deleted.
 var (
-	metricLeaderChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "etcdpilot_cluster_leader_changes_total",
-		Help: "Leader changes the operator observed in the etcd cluster (including its own hand-overs).",
-	}, []string{"namespace", "name"})
-	metricLeaderMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "etcdpilot_cluster_leader_moves_total",
-		Help: "Leadership hand-overs (MoveLeader) the operator made before disturbing a leader.",
-	}, []string{"namespace", "name"})
-	metricHasLeader = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "etcdpilot_cluster_has_leader",
-		Help: "1 when the members agree on a leader, else 0.",
-	}, []string{"namespace", "name"})
-	metricMembers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "etcdpilot_cluster_members",
-		Help: "Members in etcd's member list.",
-	}, []string{"namespace", "name"})
-	metricHealthyMembers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "etcdpilot_cluster_healthy_members",
-		Help: "Members that answered the operator and report no alarm.",
-	}, []string{"namespace", "name"})
-	metricUpgradePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "etcdpilot_cluster_rollout_pending_members",
-		Help: "Members still running an older pod template (0 when no rollout runs).",
-	}, []string{"namespace", "name"})
+	metricLeaderChanges = counter("etcdpilot_cluster_leader_changes_total",
+		"Leader changes the operator observed in the etcd cluster (including its own hand-overs).")
+	metricLeaderMoves = counter("etcdpilot_cluster_leader_moves_total",
+		"Leadership hand-overs (MoveLeader) the operator made before disturbing a leader.")
+	metricHasLeader      = gauge("etcdpilot_cluster_has_leader", "1 when the members agree on a leader, else 0.")
+	metricMembers        = gauge("etcdpilot_cluster_members", "Members in etcd's member list.")
+	metricHealthyMembers = gauge("etcdpilot_cluster_healthy_members", "Members that answered the operator and report no alarm.")
+	metricUpgradePending = gauge("etcdpilot_cluster_rollout_pending_members",
+		"Members still running an older pod template (0 when no rollout runs).")
 )
+
+// clusterLabels label every series with the EtcdCluster's namespace and name.
+var clusterLabels = []string{"namespace", "name"}
+
+func counter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, clusterLabels)
+}
+
+func gauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, clusterLabels)
+}
 
 func init() {
 	metrics.Registry.MustRegister(metricLeaderChanges, metricLeaderMoves, metricHasLeader, metricMembers, metricHealthyMembers, metricUpgradePending)

@@ -39,20 +39,20 @@ func (f *Fake) count(name string) {
 
 // SetLeader makes every member report leader as the leader.
 func (f *Fake) SetLeader(leader uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for ep, st := range f.Statuses {
-		st.Leader = leader
-		f.Statuses[ep] = st
-	}
+	f.EditStatuses(func(st *MemberStatus) { st.Leader = leader })
 }
 
 // SetClusterVersion makes every member report cluster version v.
 func (f *Fake) SetClusterVersion(v string) {
+	f.EditStatuses(func(st *MemberStatus) { st.ClusterVersion = v })
+}
+
+// EditStatuses applies edit to every member's status reply.
+func (f *Fake) EditStatuses(edit func(*MemberStatus)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for ep, st := range f.Statuses {
-		st.ClusterVersion = v
+		edit(&st)
 		f.Statuses[ep] = st
 	}
 }
@@ -60,13 +60,9 @@ func (f *Fake) SetClusterVersion(v string) {
 // AdvanceLog implements Client: it raises every member's raft and applied index by n.
 func (f *Fake) AdvanceLog(_ context.Context, n int) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.count("AdvanceLog")
-	for ep, st := range f.Statuses {
-		st.RaftIndex += uint64(n)
-		st.AppliedIndex += uint64(n)
-		f.Statuses[ep] = st
-	}
+	f.mu.Unlock()
+	f.EditStatuses(func(st *MemberStatus) { st.RaftIndex += uint64(n); st.AppliedIndex += uint64(n) })
 	return nil
 }
 
