@@ -36,6 +36,7 @@ type writer struct {
 	times  []time.Time // when each acknowledgement arrived
 	terms  []uint64    // the raft term each acknowledgement carried
 	failed int
+	errs   []string // the first failures: when, how long the write took, the error
 }
 
 // lookupHost resolves name through the local cluster's hosts file (the name view the pods and
@@ -98,6 +99,7 @@ func startWriter(t testing.TB, ns string, maxMembers int) *writer {
 		for i := 0; ctx.Err() == nil; i++ {
 			key := fmt.Sprintf("w%d", i)
 			wctx, wcancel := context.WithTimeout(ctx, writeTimeout)
+			began := time.Now()
 			resp, err := w.cli.Put(wctx, key, fmt.Sprintf("v%d", i))
 			wcancel()
 			now := time.Now()
@@ -108,6 +110,9 @@ func startWriter(t testing.TB, ns string, maxMembers int) *writer {
 				w.terms = append(w.terms, resp.Header.RaftTerm)
 			} else if !errors.Is(ctx.Err(), context.Canceled) {
 				w.failed++
+				if len(w.errs) < 5 {
+					w.errs = append(w.errs, fmt.Sprintf("%s (after %s): %v", now.Format("15:04:05.000"), now.Sub(began).Round(time.Millisecond), err))
+				}
 			}
 			w.mu.Unlock()
 		}
@@ -175,4 +180,7 @@ func (w *writer) finish(t testing.TB, ns string, members int) {
 		t.Fatalf("%d of %d acknowledged writes are lost: %v", len(lost), len(w.acked), lost)
 	}
 	t.Logf("%d acknowledged writes, all readable; %d writes failed or timed out (500 ms each)", len(w.acked), w.failed)
+	for _, e := range w.errs {
+		t.Logf("failed write at %s", e)
+	}
 }
