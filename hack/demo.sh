@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, on one machine: start the local Kubernetes (pods run as local processes),
 # run the operator, create the sample 3-member EtcdCluster, wait until it is Available,
-# write and read a key through the cluster, print the members and how long each step took,
-# then shut everything down. KEEP=1 keeps the cluster running (stop it with
+# write and read a key through the cluster, upgrade it to etcd 3.7.3 (followers first, the
+# leader last after a hand-over) and read the key again, print the members and how long each
+# step took, then shut everything down. KEEP=1 keeps the cluster running (stop it with
 # `bin/etcd-pilot local down`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,7 @@ step() { # step "what": records the time since the previous step
 
 "$root/hack/build-kube.sh" >/dev/null
 "$root/hack/build-etcd.sh" >/dev/null
+"$root/hack/build-etcd.sh" 3.7.3 >/dev/null
 step "build what was missing"
 
 log="$dir.up.log"
@@ -60,6 +62,20 @@ value=$(x etcdctl --endpoints "$eps" get /demo/greeting --print-value-only)
 [ "$value" = "hello from etcd-pilot" ] || { echo "read back '$value'"; exit 1; }
 step "write and read /demo/greeting"
 
+changes_before=$(x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{.status.leaderChanges}')
+x kubectl patch etcdcluster "$name" -n "$ns" --type merge -p '{"spec":{"version":"3.7.3"}}' >/dev/null
+deadline=$(( $(date +%s) + 180 ))
+until [ "$(x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{.status.currentVersion}/{.status.clusterVersion}/{.status.upgrade.stepVersion}/{.status.conditions[?(@.type=="Ready")].status}')" = "3.7.3/3.7.0//True" ]; do
+  if [ "$(date +%s)" -gt "$deadline" ]; then
+    echo "the upgrade to 3.7.3 did not finish within 180s:"; x kubectl get etcdcluster "$name" -n "$ns" -o yaml; exit 1
+  fi
+  sleep 0.5
+done
+changes_after=$(x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{.status.leaderChanges}')
+value=$(x etcdctl --endpoints "$eps" get /demo/greeting --print-value-only)
+[ "$value" = "hello from etcd-pilot" ] || { echo "read back '$value' after the upgrade"; exit 1; }
+step "upgrade to etcd 3.7.3, read /demo/greeting again"
+
 echo
 x kubectl get etcdcluster "$name" -n "$ns"
 echo
@@ -67,6 +83,7 @@ echo
   echo "MEMBER ID LEADER VERSION HEALTHY DB-BYTES"
   x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{range .status.members[*]}{.name}{" "}{.id}{" "}{.leader}{" "}{.version}{" "}{.healthy}{" "}{.dbSizeBytes}{"\n"}{end}' | sed 's/  / false /'
 } | column -t
-echo "read /demo/greeting: $value"
+echo "read /demo/greeting after the upgrade: $value"
+echo "leader changes during the upgrade: $(( ${changes_after:-0} - ${changes_before:-0} )) (the hand-over before the old leader restarted)"
 echo
 printf '%s\n' "${steps[@]}"
