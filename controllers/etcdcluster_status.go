@@ -148,7 +148,7 @@ func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
 			s.Leader, s.LeaderID = leader, leaderID
 		}
 		if cv := o.etcd.ClusterVersion(); cv != "" {
-			if versions.Less(s.ClusterVersion, "3.6.0") && strings.HasPrefix(s.ClusterVersion, "3.5.") && !versions.Less(cv, "3.6.0") {
+			if strings.HasPrefix(s.ClusterVersion, "3.5.") && !versions.Less(cv, "3.6.0") {
 				// The log up to here may hold 3.5's v2 entries, which 3.7 cannot replay.
 				s.LegacyLogIndex = max(1, highestIndex(*o.etcd))
 			}
