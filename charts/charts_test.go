@@ -22,6 +22,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -46,28 +47,13 @@ func (f fixture) release() charts.Release {
 // file name order.
 func loadFixtures(tb testing.TB) []fixture {
 	tb.Helper()
-	paths, err := filepath.Glob(filepath.Join(fixtureDir, "*.yaml"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if len(paths) == 0 {
-		tb.Fatalf("no fixtures in %s", fixtureDir)
-	}
 	var out []fixture
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
+	for _, f := range testutil.Fixtures(tb, fixtureDir) {
+		v, err := values.Compute(f.Cluster)
 		if err != nil {
-			tb.Fatal(err)
+			tb.Fatalf("failed to compute values of fixture %s: %v", f.Name, err)
 		}
-		c := &v1alpha1.EtcdCluster{}
-		if err := yaml.UnmarshalStrict(data, c); err != nil {
-			tb.Fatalf("failed to decode fixture %s: %v", p, err)
-		}
-		v, err := values.Compute(c)
-		if err != nil {
-			tb.Fatalf("failed to compute values of fixture %s: %v", p, err)
-		}
-		out = append(out, fixture{name: strings.TrimSuffix(filepath.Base(p), ".yaml"), cluster: c, values: v})
+		out = append(out, fixture{name: f.Name, cluster: f.Cluster, values: v})
 	}
 	return out
 }
@@ -123,23 +109,7 @@ func TestRenderGolden(t *testing.T) {
 	for _, f := range loadFixtures(t) {
 		t.Run(f.name, func(t *testing.T) {
 			got := stream(t, render(t, r, f.release(), f.values))
-			golden := filepath.Join(goldenDir, f.name+".yaml")
-			if *update {
-				if err := os.MkdirAll(goldenDir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./charts -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("render of fixture %s differs from %s (run with -update if the change is intended)\n--- got\n%s", f.name, golden, got)
-			}
+			testutil.Golden(t, filepath.Join(goldenDir, f.name+".yaml"), got, *update, "go test ./charts -update")
 		})
 	}
 }

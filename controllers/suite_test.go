@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
 var (
@@ -140,15 +141,4 @@ func labelValue(m *dto.Metric, name string) string {
 }
 
 // eventually polls cond until it returns nil or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-}
+var eventually = testutil.Eventually

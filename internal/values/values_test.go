@@ -1,11 +1,9 @@
 package values_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -25,28 +24,11 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ f
 // fixtureDir holds the EtcdCluster fixtures shared with the charts package's golden tests.
 const fixtureDir = "../../charts/testdata/fixtures"
 
-// fixtures returns every fixture by name (the file name without .yaml), decoded strictly so a
-// misspelled field fails the test instead of silently falling back to a default.
+// fixtures returns every fixture by name (the file name without .yaml).
 func fixtures(t *testing.T) map[string]*v1alpha1.EtcdCluster {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(fixtureDir, "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(paths) == 0 {
-		t.Fatalf("no fixtures in %s", fixtureDir)
-	}
 	out := map[string]*v1alpha1.EtcdCluster{}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &v1alpha1.EtcdCluster{}
-		if err := yaml.UnmarshalStrict(data, c); err != nil {
-			t.Fatalf("failed to decode fixture %s: %v", p, err)
-		}
-		out[strings.TrimSuffix(filepath.Base(p), ".yaml")] = c
+	for _, f := range testutil.Fixtures(t, fixtureDir) {
+		out[f.Name] = f.Cluster
 	}
 	return out
 }
@@ -62,23 +44,7 @@ func TestComputeGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", name+".values.yaml")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/values -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("values of fixture %s differ from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, golden, got, want)
-			}
+			testutil.Golden(t, filepath.Join("testdata", name+".values.yaml"), got, *update, "go test ./internal/values -update")
 		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
 var (
@@ -221,15 +222,4 @@ func namespace(t testing.TB) string {
 }
 
 // eventually polls cond until it returns nil or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-}
+var eventually = testutil.Eventually

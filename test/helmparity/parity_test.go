@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -82,25 +83,9 @@ type fixture struct {
 
 func loadFixtures(t *testing.T, root string) []fixture {
 	t.Helper()
-	dir := filepath.Join(root, "charts", "testdata", "fixtures")
-	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(paths) == 0 {
-		t.Fatalf("no fixtures in %s", dir)
-	}
 	var out []fixture
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &v1alpha1.EtcdCluster{}
-		if err := yaml.UnmarshalStrict(data, c); err != nil {
-			t.Fatalf("failed to decode fixture %s: %v", p, err)
-		}
-		out = append(out, fixture{name: strings.TrimSuffix(filepath.Base(p), ".yaml"), cluster: c})
+	for _, f := range testutil.Fixtures(t, filepath.Join(root, "charts", "testdata", "fixtures")) {
+		out = append(out, fixture{name: f.Name, cluster: f.Cluster})
 	}
 	return out
 }
