@@ -50,8 +50,8 @@ const (
 
 // stepWaits are the waits inside a membership change that end by themselves within seconds.
 var stepWaits = map[string]bool{
-	reasonWaitingForPod: true, reasonPodTerminating: true, reasonVolumeDeleting: true,
-	reasonLearnerStarting: true, reasonLearnerCatchingUp: true, reasonMemberStarting: true,
+	v1alpha1.ReasonWaitingForPod: true, v1alpha1.ReasonPodTerminating: true, v1alpha1.ReasonVolumeDeleting: true,
+	v1alpha1.ReasonLearnerStarting: true, v1alpha1.ReasonLearnerCatchingUp: true, v1alpha1.ReasonMemberStarting: true,
 	v1alpha1.ReasonRollingOut: true, v1alpha1.ReasonRolloutWaiting: true, v1alpha1.ReasonMemberRestarting: true,
 	v1alpha1.ReasonVersionStep: true,
 }

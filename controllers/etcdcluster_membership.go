@@ -21,6 +21,8 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -57,28 +59,28 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	bootstrapping := !mo.Bootstrapped && mo.Etcd == nil
 	var a membershipAction
 	if bootstrapping {
-		a = membershipAction{Kind: actWait, Reason: reasonBootstrapping, Message: fmt.Sprintf("the first %d members are forming the cluster", mo.Desired)}
+		a = membershipAction{Kind: actWait, Reason: v1alpha1.ReasonBootstrapping, Message: fmt.Sprintf("the first %d members are forming the cluster", mo.Desired)}
 	} else {
-		a = decideMembership(mo)
+		a = membership.Decide(mo)
 		// Once membership matches the spec (or only waits for an unhealthy member, which may be
 		// one restarting or failing on a new template), the pod template may roll out.
-		if o.sts != nil && (a.Kind == actNone || a.Reason == reasonMemberUnhealthy) {
+		if o.sts != nil && (a.Kind == actNone || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
 			step, target := versionTargets(c)
-			ro := rolloutObservation{
+			ro := rollout.Observation{
 				UpdateRevision: o.sts.Status.UpdateRevision,
 				StsCaughtUp:    o.sts.Status.ObservedGeneration >= o.sts.Generation,
-				Pods:           rolloutPodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
-				MemberTimeout: defaultMemberTimeout, MaxLag: learnerMaxLag,
+				Pods:           rollout.PodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
+				MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
 				StepVersion: step, TargetVersion: target,
 				LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
 			}
 			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
 				ro.MemberTimeout = d.Duration
 			}
-			if ra := decideRollout(ro); ra.Kind != actNone {
+			if ra := rollout.Decide(ro); ra.Kind != actNone {
 				a = ra
 			}
-			o.upgrade, o.upgradeKnown = rolloutProgress(ro, a), true
+			o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 		}
 	}
 	if err := r.ensureMembershipConfig(ctx, c, t, mo, bootstrapping); err != nil {
@@ -93,9 +95,9 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	return a, r.act(ctx, c, t, mo, a)
 }
 
-// memberObservation gathers one pass's view for decideMembership.
-func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (memberObservation, error) {
-	mo := memberObservation{
+// memberObservation gathers one pass's view for the membership planner.
+func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membership.Observation, error) {
+	mo := membership.Observation{
 		Desired: specReplicas(c), StatefulSet: t.statefulSet, Etcd: o.etcd,
 		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && len(o.etcd.Cluster.Members) > 0),
 		PeerURL:      t.peerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
@@ -298,7 +300,7 @@ func ordinal(sts, pod string) (int32, bool) {
 // member at all: a member that lost its data then fails to start ("couldn't find local name")
 // instead of rejoining under its old identity with an empty log, and is replaced. Members with
 // data ignore both variables.
-func membershipEnv(mo memberObservation, bootstrapping bool) map[string]string {
+func membershipEnv(mo membership.Observation, bootstrapping bool) map[string]string {
 	if bootstrapping {
 		var parts []string
 		for k := int32(0); k < mo.Desired; k++ {
@@ -334,7 +336,7 @@ func membershipEnv(mo memberObservation, bootstrapping bool) map[string]string {
 }
 
 // ensureMembershipConfig applies the membership ConfigMap when its data differs.
-func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo memberObservation, bootstrapping bool) error {
+func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, bootstrapping bool) error {
 	data := membershipEnv(mo, bootstrapping)
 	name := values.MembershipConfigMapName(c.Name)
 	cur := &corev1.ConfigMap{}
@@ -402,7 +404,7 @@ func (r *EtcdClusterReconciler) scaleStatefulSet(ctx context.Context, c *v1alpha
 }
 
 // stampClaims records on each started, healthy member's claim which member's data it holds.
-func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.EtcdCluster, mo memberObservation) error {
+func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.EtcdCluster, mo membership.Observation) error {
 	if mo.Etcd == nil {
 		return nil
 	}
@@ -436,7 +438,7 @@ func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.Etc
 }
 
 // act carries out one membership step.
-func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo memberObservation, a membershipAction) error {
+func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, a membershipAction) error {
 	if a.Kind == actNone || a.Kind == actWait {
 		return nil
 	}
@@ -477,7 +479,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 }
 
 // etcdStep carries out the steps that call etcd.
-func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo memberObservation, a membershipAction) error {
+func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo membership.Observation, a membershipAction) error {
 	var endpoints []string
 	for _, m := range mo.Etcd.Cluster.Members {
 		if _, ok := mo.Etcd.Status[m.ID]; ok && len(m.ClientURLs) > 0 {

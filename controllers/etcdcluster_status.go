@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
@@ -54,14 +55,14 @@ type observation struct {
 
 // degradingWaits are membership waits that need the user's attention.
 var degradingWaits = map[string]bool{
-	reasonSplitBrain: true, reasonQuorumLost: true, reasonUnknownMember: true, reasonStaleVolume: true,
-	reasonInvalidIntent: true, reasonEtcdUnreachable: true, reasonQuorumAtRisk: true,
+	v1alpha1.ReasonSplitBrain: true, v1alpha1.ReasonQuorumLost: true, v1alpha1.ReasonUnknownMember: true, v1alpha1.ReasonStaleVolume: true,
+	v1alpha1.ReasonInvalidIntent: true, v1alpha1.ReasonEtcdUnreachable: true, v1alpha1.ReasonQuorumAtRisk: true,
 	v1alpha1.ReasonUpgradeStalled: true,
 }
 
 // membershipProgress reports whether the membership step is a change under way.
 func membershipProgress(a *membershipAction) bool {
-	return a != nil && a.Kind != actNone && !degradingWaits[a.Reason] && a.Reason != reasonReconciled && a.Reason != ""
+	return a != nil && a.Kind != actNone && !degradingWaits[a.Reason] && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
 }
 
 // observe reads the StatefulSet from the cache and, when a member pod is ready, asks etcd.
@@ -98,26 +99,6 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 	o.etcd = &obs
 	return nil
 }
-
-// noLeaderError is what etcd puts in a status reply while the member knows no leader (an
-// election is under way). The member is up and keeps its data: Available reports the missing
-// leader, the member's health does not.
-const noLeaderError = "etcdserver: no leader"
-
-// memberErrors are the problems a member reports (alarms, mostly) other than an election in
-// progress.
-func memberErrors(st etcd.MemberStatus) []string {
-	var out []string
-	for _, e := range st.Errors {
-		if e != noLeaderError {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// quorum is the number of votes a cluster of n voting members needs.
-func quorum(n int32) int32 { return n/2 + 1 }
 
 // setStatus fills c.Status from o. It keeps LastTransitionTime of conditions whose status did
 // not change, so an unchanged cluster gives an unchanged status.
@@ -210,7 +191,7 @@ func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderNam
 			ms.ClientURL = m.ClientURLs[0]
 		}
 		if st, ok := o.Status[m.ID]; ok {
-			ms.Healthy = len(memberErrors(st)) == 0
+			ms.Healthy = len(plan.MemberErrors(st)) == 0
 			ms.Version, ms.DBSizeBytes, ms.RaftIndex = st.Version, st.DBSize, st.RaftIndex
 			if lowest == "" || versions.Less(st.Version, lowest) {
 				lowest = st.Version
@@ -249,18 +230,18 @@ func availableCondition(o observation) metav1.Condition {
 				continue
 			}
 			voting++
-			if st, ok := o.etcd.Status[m.ID]; ok && len(memberErrors(st)) == 0 {
+			if st, ok := o.etcd.Status[m.ID]; ok && len(plan.MemberErrors(st)) == 0 {
 				healthy++
 			}
 		}
 		leader := o.etcd.Leader()
-		if voting > 0 && healthy >= quorum(voting) && leader != 0 {
+		if voting > 0 && healthy >= plan.Quorum(voting) && leader != 0 {
 			c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
-			c.Message = fmt.Sprintf("%d of %d voting members healthy (quorum %d), leader %s", healthy, voting, quorum(voting), etcd.FormatID(leader))
+			c.Message = fmt.Sprintf("%d of %d voting members healthy (quorum %d), leader %s", healthy, voting, plan.Quorum(voting), etcd.FormatID(leader))
 			return c
 		}
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumNotReady
-		c.Message = fmt.Sprintf("%d of %d voting members healthy, quorum needs %d", healthy, voting, quorum(voting))
+		c.Message = fmt.Sprintf("%d of %d voting members healthy, quorum needs %d", healthy, voting, plan.Quorum(voting))
 		if leader == 0 {
 			c.Message += "; no leader"
 		}
@@ -272,12 +253,12 @@ func availableCondition(o observation) metav1.Condition {
 	}
 	// Without an answer from etcd, a member pod's readiness (a linearizable read) is the
 	// evidence that the cluster serves.
-	if ready >= quorum(o.specReplicas) {
+	if ready >= plan.Quorum(o.specReplicas) {
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
-		c.Message = fmt.Sprintf("%d of %d members ready (quorum %d)", ready, o.specReplicas, quorum(o.specReplicas))
+		c.Message = fmt.Sprintf("%d of %d members ready (quorum %d)", ready, o.specReplicas, plan.Quorum(o.specReplicas))
 	} else {
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumNotReady
-		c.Message = fmt.Sprintf("%d of %d members ready, quorum needs %d", ready, o.specReplicas, quorum(o.specReplicas))
+		c.Message = fmt.Sprintf("%d of %d members ready, quorum needs %d", ready, o.specReplicas, plan.Quorum(o.specReplicas))
 	}
 	if o.etcdErr != nil {
 		c.Message += fmt.Sprintf("; etcd did not answer the operator: %v", o.etcdErr)
@@ -296,7 +277,7 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Reason, c.Message = o.membership.Reason, o.membership.Message
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
-	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != reasonBootstrapping):
+	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != v1alpha1.ReasonBootstrapping):
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case !o.wasAvailable && (stsOutdated(o.sts) || o.sts.Status.ReadyReplicas < o.specReplicas):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
@@ -362,8 +343,8 @@ func unhealthyMembers(o etcd.Observed) []string {
 		}
 		if err, ok := o.StatusErr[m.ID]; ok {
 			out = append(out, fmt.Sprintf("%s: %v", name, err))
-		} else if st, ok := o.Status[m.ID]; ok && len(memberErrors(st)) > 0 {
-			out = append(out, fmt.Sprintf("%s: %s", name, strings.Join(memberErrors(st), ", ")))
+		} else if st, ok := o.Status[m.ID]; ok && len(plan.MemberErrors(st)) > 0 {
+			out = append(out, fmt.Sprintf("%s: %s", name, strings.Join(plan.MemberErrors(st), ", ")))
 		}
 	}
 	sort.Strings(out)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
 func sts(replicas, ready, updated int32) *appsv1.StatefulSet {
@@ -198,7 +199,7 @@ func TestConditionTransitionsAreEventsOnlyOnChange(t *testing.T) {
 func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
 	o := cluster(3, 1, nil, nil)
 	st := o.Status[1]
-	st.Errors, st.Leader = []string{noLeaderError}, 0
+	st.Errors, st.Leader = []string{plan.NoLeaderError}, 0
 	o.Status[1] = st
 	members, _, _, _ := memberStatuses(*o)
 	for _, m := range members {

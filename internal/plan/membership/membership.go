@@ -1,8 +1,8 @@
-package controllers
+package membership
 
-// The membership decision engine: one observation in, at most one next membership action
-// out. It does no I/O and reads no clock; the controller gathers a memberObservation,
-// calls decideMembership, carries out the single action it returns (recording intent first
+// Package membership is the membership planner: one observation in, at most one next membership action
+// out. It does no I/O and reads no clock; the controller gathers a Observation,
+// calls Decide, carries out the single action it returns (recording intent first
 // where the action says so) and requeues. Every step is chosen so that a crash between any two
 // steps leaves a state from which the next pass finishes or undoes the change.
 //
@@ -27,7 +27,6 @@ package controllers
 // removing a healthy one; the price is one extra learner catch-up.
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -36,141 +35,10 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
-// podInfo is what the controller knows of one ordinal of the StatefulSet: its pod and its
-// data volume claim. The controller passes one podInfo for every ordinal that has a pod or a
-// claim, whatever the StatefulSet's replicas; an ordinal missing from the list has neither.
-type podInfo struct {
-	// Name is the pod's name, "<statefulset>-<ordinal>"; it is also the etcd member's name.
-	Name    string
-	Ordinal int32
-
-	// Exists is true when the pod object exists; the fields below about the pod are
-	// meaningful only then.
-	Exists bool
-	// Deleting is true when the pod has a deletion timestamp.
-	Deleting bool
-	// Running is true when the etcd container is running.
-	Running bool
-	// Ready is true when the pod's Ready condition is True.
-	Ready bool
-	// NodeReady is false when the pod's node reports Ready False or Unknown. A pod not
-	// scheduled yet counts as on a ready node.
-	NodeReady bool
-	// NodeNotReadySince is the last transition time of the node's Ready condition when
-	// NodeReady is false.
-	NodeNotReadySince time.Time
-	// CrashLooping is true when the etcd container waits in CrashLoopBackOff.
-	CrashLooping bool
-	// FailingSince is when the pod last stopped being Ready (the Ready condition's last
-	// transition time), or its creation time when it never was.
-	FailingSince time.Time
-	// RestartCount of the etcd container, for messages.
-	RestartCount int32
-	// Revision is the StatefulSet template revision the pod runs (controller-revision-hash).
-	Revision string
-	// Problem says why the etcd container does not run (waiting reason and message, last exit),
-	// for messages; empty when it runs.
-	Problem string
-
-	// PVCExists is true when the ordinal's data claim exists (terminating or not).
-	PVCExists bool
-	// PVCUID is the claim's UID: an intent remembers the claim that held old data, so a later
-	// pass can tell it from a claim created since.
-	PVCUID string
-	// PVCDeleting is true when the claim has a deletion timestamp (kept by the
-	// pvc-protection finalizer while a pod uses it).
-	PVCDeleting bool
-	// PVCFresh is true when the claim is not known to hold the data of the started member
-	// etcd lists under this name. The controller must decide it from a record that survives
-	// an operator restart, such as the member ID it writes on the claim (an annotation). It
-	// may record a learner's claim whenever it sees the learner run on it (a learner's data is
-	// disposable, and a learner may move to a fresh claim), but a voting member's claim only
-	// when that member cannot have restarted on it empty: a record written for a voting
-	// member that restarted on a new volume would hide that its data is gone. For a voting
-	// member, true means its data is gone and it is replaced; for a learner, true holds its
-	// promotion until the claim is recorded.
-	PVCFresh bool
-}
-
-// intentOp is the kind of membership change an intent records.
-type intentOp string
-
-const (
-	// intentAdd: a learner is added for Member (scale-out, a pod without a member, or an
-	// adopted learner), then promoted.
-	intentAdd intentOp = "add"
-	// intentRemove: the member ID is removed; the StatefulSet then shrinks when the ordinal
-	// is no longer wanted.
-	intentRemove intentOp = "remove"
-	// intentReplace: the member ID is removed, then a learner is added for the same pod on a
-	// fresh volume and promoted.
-	intentReplace intentOp = "replace"
-)
-
-// membershipIntent is a membership change in progress. The controller stores it (in an
-// annotation of the EtcdCluster) before the first irreversible etcd call of a change, keeps
-// it until decideMembership returns ClearIntent, and hands it back in every observation. It
-// is what makes a crash between two steps converge.
-type membershipIntent struct {
-	Op intentOp `json:"op"`
-	// Member is the pod (and member) name the change is about.
-	Member string `json:"member"`
-	// ID is the etcd member ID to remove (remove, replace); 0 for add. JSON carries it in
-	// hexadecimal, as etcdctl prints it.
-	ID uint64 `json:"-"`
-	// PeerURL is the member's peer URL; a learner added for this intent is found by it.
-	PeerURL string `json:"peerURL"`
-	// ClaimUID is the UID of the claim at Member's ordinal when the intent was recorded, if
-	// that claim must not be reused (it holds data of another member, or no member at all
-	// is known to have written it). Empty when any claim there may be used.
-	ClaimUID string `json:"claimUID,omitempty"`
-	// Reason is the reason of the change (ScaleOut, ScaleIn, ReplaceMember, ReaddPod,
-	// AdoptLearner); every step of the change reports it.
-	Reason string `json:"reason"`
-	// StartedAt is when the change began, for messages.
-	StartedAt time.Time `json:"startedAt"`
-}
-
-// intentJSON is membershipIntent as stored: the ID in hexadecimal.
-type intentJSON struct {
-	Op        intentOp  `json:"op"`
-	Member    string    `json:"member"`
-	ID        string    `json:"id,omitempty"`
-	PeerURL   string    `json:"peerURL"`
-	ClaimUID  string    `json:"claimUID,omitempty"`
-	Reason    string    `json:"reason"`
-	StartedAt time.Time `json:"startedAt"`
-}
-
-// MarshalJSON writes the intent with its member ID in hexadecimal.
-func (in membershipIntent) MarshalJSON() ([]byte, error) {
-	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt}
-	if in.ID != 0 {
-		j.ID = etcd.FormatID(in.ID)
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (in *membershipIntent) UnmarshalJSON(b []byte) error {
-	var j intentJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return fmt.Errorf("failed to parse membership intent: %w", err)
-	}
-	*in = membershipIntent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt}
-	if j.ID != "" {
-		id, err := etcd.ParseID(j.ID)
-		if err != nil {
-			return fmt.Errorf("failed to parse member ID %q of membership intent: %w", j.ID, err)
-		}
-		in.ID = id
-	}
-	return nil
-}
-
-// memberObservation is one pass's view of a cluster run as a StatefulSet. The caller must
+// Observation is one pass's view of a cluster run as a StatefulSet. The caller must
 // guarantee:
 //   - Etcd was read in this pass (member list from any member, status from each member that
 //     answered), or is nil when no member answered;
@@ -179,7 +47,7 @@ func (in *membershipIntent) UnmarshalJSON(b []byte) error {
 //   - Intent is the stored intent, or nil;
 //   - PeerURL returns the stable peer URL of a pod name, as the chart advertises it;
 //   - Desired is at least 1.
-type memberObservation struct {
+type Observation struct {
 	// Desired is spec.replicas: the number of voting members wanted.
 	Desired int32
 	// StatefulSet is the StatefulSet's name; pod names are "<StatefulSet>-<ordinal>".
@@ -218,68 +86,6 @@ type memberObservation struct {
 	Now time.Time
 }
 
-// actionKind is the kind of the next step.
-type actionKind string
-
-const (
-	// actNone: the membership matches the spec; nothing to do.
-	actNone actionKind = "None"
-	// actWait: nothing can be done safely now; Reason and Message say what is awaited.
-	// RequeueAfter, when set, is when the situation changes by itself (a timeout).
-	actWait actionKind = "Wait"
-	// actRecordIntent: store Intent before the next step.
-	actRecordIntent actionKind = "RecordIntent"
-	// actClearIntent: the change is finished (or abandoned); remove the stored intent.
-	actClearIntent actionKind = "ClearIntent"
-	// actAddLearner: add a learner with PeerURL for Member.
-	actAddLearner actionKind = "AddLearner"
-	// actPromoteLearner: promote the learner ID.
-	actPromoteLearner actionKind = "PromoteLearner"
-	// actMoveLeader: ask the leader ID (named Member) to hand leadership to Target.
-	actMoveLeader actionKind = "MoveLeader"
-	// actRemoveMember: remove member ID; a member already gone is success.
-	actRemoveMember actionKind = "RemoveMember"
-	// actScaleStatefulSet: set the StatefulSet's .spec.replicas to Replicas.
-	actScaleStatefulSet actionKind = "ScaleStatefulSet"
-	// actDeletePVC: delete the data claim of the pod Member.
-	actDeletePVC actionKind = "DeletePVC"
-	// actDeletePod: delete the pod Member (with grace period 0 when Force: its node is not
-	// ready, so the kubelet will never confirm). Membership returns it only for a pod whose
-	// member is not a voting member, so a zombie process cannot harm the cluster; the rollout
-	// returns it to restart one member at a time onto a new pod template, with quorum intact.
-	actDeletePod actionKind = "DeletePod"
-	// actAdvanceLog appends Entries raft entries that change no key (lease grant/revoke), so
-	// every member snapshots past the log entries etcd 3.7 cannot replay.
-	actAdvanceLog actionKind = "AdvanceLog"
-)
-
-// membershipAction is the one next step.
-type membershipAction struct {
-	Kind actionKind
-	// Member is the pod (and member) name the step is about; for MoveLeader, the leader.
-	Member string
-	// ID is the member ID (PromoteLearner, RemoveMember, MoveLeader: the current leader).
-	ID uint64
-	// PeerURL is the peer URL of the learner to add (AddLearner).
-	PeerURL string
-	// Replicas is the StatefulSet's new .spec.replicas (ScaleStatefulSet).
-	Replicas int32
-	// Target is the transferee of MoveLeader.
-	Target uint64
-	// Entries is the number of raft entries AdvanceLog appends.
-	Entries int
-	// Force asks DeletePod for grace period 0.
-	Force bool
-	// Intent is the intent to store (RecordIntent).
-	Intent *membershipIntent
-	// RequeueAfter is a hint for Wait: when the situation changes by itself.
-	RequeueAfter time.Duration
-	// Reason is a CamelCase reason for conditions and events.
-	Reason string
-	// Message says what is done and why, or what is awaited.
-	Message string
-}
-
 // Reasons of membership actions. The controller surfaces them in the Progressing and
 // Degraded conditions and in events.
 const (
@@ -313,13 +119,13 @@ const (
 	reasonLeaderUnreachable = v1alpha1.ReasonLeaderUnreachable
 )
 
-// decideMembership returns the one next membership step for o. It is pure: the same
+// Decide returns the one next membership step for o. It is pure: the same
 // observation gives the same action. It acts only when etcd answered with a member list, the
 // members agree on the cluster ID and follow one leader, and a quorum of voting members is
 // healthy; otherwise it returns Wait. It never returns a step that could cost quorum: removals
 // pass a preflight on the remaining members, only one learner exists at a time, and pods and
 // claims are only deleted for members that do not vote.
-func decideMembership(o memberObservation) membershipAction {
+func Decide(o Observation) membershipAction {
 	switch {
 	case o.SplitBrain:
 		return wait(reasonSplitBrain, "members report different cluster IDs: some member formed or joined another cluster. "+
@@ -345,13 +151,13 @@ func decideMembership(o memberObservation) membershipAction {
 		}
 		return wait(reasonNoLeader, "the members do not agree on a leader (an election may be under way); no membership change without a leader")
 	}
-	if v.healthyVoters < quorum(v.voters) {
+	if v.healthyVoters < plan.Quorum(v.voters) {
 		if !o.Bootstrapped {
-			return wait(reasonBootstrapping, fmt.Sprintf("%d of %d voting members are up; the cluster forms when %d are", v.healthyVoters, v.voters, quorum(v.voters)))
+			return wait(reasonBootstrapping, fmt.Sprintf("%d of %d voting members are up; the cluster forms when %d are", v.healthyVoters, v.voters, plan.Quorum(v.voters)))
 		}
 		return wait(reasonQuorumLost, fmt.Sprintf("%d of %d voting members are healthy, quorum needs %d: the operator changes no membership "+
 			"while quorum is lost. Bring the failed members back (check their pods, nodes and volumes); if a majority of members "+
-			"lost their data, restore the cluster from a snapshot", v.healthyVoters, v.voters, quorum(v.voters)))
+			"lost their data, restore the cluster from a snapshot", v.healthyVoters, v.voters, plan.Quorum(v.voters)))
 	}
 	if o.Intent != nil {
 		return v.continueIntent(*o.Intent)
@@ -359,10 +165,10 @@ func decideMembership(o memberObservation) membershipAction {
 	return v.nextChange()
 }
 
-// memberView indexes an observation by ordinal. Only decideMembership builds it, after it
+// memberView indexes an observation by ordinal. Only Decide builds it, after it
 // checked that Etcd is set.
 type memberView struct {
-	o       memberObservation
+	o       Observation
 	leader  uint64
 	members []etcd.Member         // in the order etcd listed them
 	byOrd   map[int32]etcd.Member // member of each ordinal
@@ -374,7 +180,7 @@ type memberView struct {
 	maxMemberOrd          int32 // highest ordinal with a member; -1 when none
 }
 
-func newMemberView(o memberObservation) *memberView {
+func newMemberView(o Observation) *memberView {
 	v := &memberView{
 		o: o, leader: o.Etcd.Leader(), members: o.Etcd.Cluster.Members,
 		byOrd: map[int32]etcd.Member{}, ordOf: map[uint64]int32{}, pods: map[int32]podInfo{}, maxMemberOrd: -1,
@@ -531,7 +337,7 @@ func (v *memberView) lost(m etcd.Member) (why string, lost bool, after time.Dura
 	}
 	timeout := v.o.LostMemberTimeout
 	if !p.NodeReady {
-		d := since(v.o.Now, p.NodeNotReadySince)
+		d := plan.Since(v.o.Now, p.NodeNotReadySince)
 		if d >= timeout {
 			return fmt.Sprintf("its pod's node has been NotReady for %s", d.Round(time.Second)), true, 0
 		}
@@ -544,7 +350,7 @@ func (v *memberView) lost(m etcd.Member) (why string, lost bool, after time.Dura
 		return "", false, after
 	}
 	if p.CrashLooping {
-		d := since(v.o.Now, p.FailingSince)
+		d := plan.Since(v.o.Now, p.FailingSince)
 		if d >= timeout {
 			return fmt.Sprintf("its pod has been crash looping for %s (%d restarts)", d.Round(time.Second), p.RestartCount), true, 0
 		}
@@ -569,13 +375,6 @@ func (v *memberView) failsOnNewTemplate(p podInfo) bool {
 	return false
 }
 
-func since(now, t time.Time) time.Duration {
-	if t.IsZero() || t.After(now) {
-		return 0
-	}
-	return now.Sub(t)
-}
-
 // canRemove is the removal preflight: after removing id, the remaining voting members must
 // still have a healthy quorum (and at least one voting member must remain).
 func (v *memberView) canRemove(id uint64) (bool, string) {
@@ -590,9 +389,9 @@ func (v *memberView) canRemove(id uint64) (bool, string) {
 	if voters < 1 {
 		return false, fmt.Sprintf("removing %s would leave no voting member; restore the cluster from a snapshot instead", v.nameOf(m))
 	}
-	if healthy < quorum(voters) {
+	if healthy < plan.Quorum(voters) {
 		return false, fmt.Sprintf("removing %s would leave %d healthy of %d voting members, quorum needs %d; waiting for members to recover",
-			v.nameOf(m), healthy, voters, quorum(voters))
+			v.nameOf(m), healthy, voters, plan.Quorum(voters))
 	}
 	return true, ""
 }
@@ -795,9 +594,9 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 
 // lostLearnerPod reports whether a learner's pod is failing past the timeout.
 func (v *memberView) lostLearnerPod(p podInfo) (string, bool, time.Duration) {
-	d := since(v.o.Now, p.FailingSince)
+	d := plan.Since(v.o.Now, p.FailingSince)
 	switch {
-	case !p.NodeReady && since(v.o.Now, p.NodeNotReadySince) >= v.o.LostMemberTimeout:
+	case !p.NodeReady && plan.Since(v.o.Now, p.NodeNotReadySince) >= v.o.LostMemberTimeout:
 		return "its node is NotReady", true, 0
 	case p.CrashLooping && d >= v.o.LostMemberTimeout:
 		return fmt.Sprintf("its pod has been crash looping for %s", d.Round(time.Second)), true, 0

@@ -1,4 +1,7 @@
-package controllers
+// Package rollout is the rollout planner: a rolling restart onto the StatefulSet's current pod
+// template, one member at a time, followers first and the leader last after a hand-over. It is
+// pure: an Observation in, at most one plan.Step out.
+package rollout
 
 import (
 	"fmt"
@@ -8,14 +11,15 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
-// defaultMemberTimeout mirrors the CRD default of spec.upgrade.memberTimeout.
-const defaultMemberTimeout = 5 * time.Minute
+// DefaultMemberTimeout mirrors the CRD default of spec.upgrade.memberTimeout.
+const DefaultMemberTimeout = 5 * time.Minute
 
-// rolloutPod is one member pod as the rollout sees it.
-type rolloutPod struct {
+// Pod is one member pod as the rollout sees it.
+type Pod struct {
 	Name      string
 	Ordinal   int32
 	Ready     bool
@@ -29,16 +33,16 @@ type rolloutPod struct {
 	Problem string
 }
 
-// rolloutObservation is what decideRollout needs. The caller must guarantee that no
+// Observation is what Decide needs. The caller must guarantee that no
 // membership change is under way (decideMembership returned None, or waits only for an
 // unhealthy member) and that Etcd was read in this pass.
-type rolloutObservation struct {
+type Observation struct {
 	// UpdateRevision is the StatefulSet's current template revision; pods on another one are
 	// outdated.
 	UpdateRevision string
 	// StsCaughtUp is false while the StatefulSet controller has not observed the latest spec.
 	StsCaughtUp bool
-	Pods        []rolloutPod
+	Pods        []Pod
 	Etcd        *etcd.Observed
 	Now         time.Time
 	// MemberTimeout is spec.upgrade.memberTimeout.
@@ -52,10 +56,10 @@ type rolloutObservation struct {
 	LegacyLogIndex, SnapshotCount uint64
 }
 
-// maxAdvancePerStep bounds the entries one AdvanceLog step appends, so one pass stays short.
-const maxAdvancePerStep = 4000
+// MaxAdvancePerStep bounds the entries one AdvanceLog step appends, so one pass stays short.
+const MaxAdvancePerStep = 4000
 
-// decideRollout returns the next step of a rolling restart onto the StatefulSet's current
+// Decide returns the next step of a rolling restart onto the StatefulSet's current
 // template (the StatefulSet uses OnDelete, so pods change only when deleted), or a wait:
 //
 //   - a member restarted onto the new template must become healthy, ready and caught up with
@@ -70,11 +74,11 @@ const maxAdvancePerStep = 4000
 //     timeout;
 //   - once every member runs the template of an intermediate release, the rollout waits for
 //     etcd to raise the cluster version (the next pass then renders the next minor).
-func decideRollout(o rolloutObservation) membershipAction {
+func Decide(o Observation) plan.Step {
 	if o.UpdateRevision == "" {
-		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+		return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled}
 	}
-	var outdated, updated []rolloutPod
+	var outdated, updated []Pod
 	for _, p := range o.Pods {
 		if p.Revision != o.UpdateRevision {
 			outdated = append(outdated, p)
@@ -86,14 +90,14 @@ func decideRollout(o rolloutObservation) membershipAction {
 		return o.afterStep()
 	}
 	if !o.StsCaughtUp {
-		return wait(v1alpha1.ReasonRollingOut, "waiting for the StatefulSet controller to observe the new pod template")
+		return plan.Waiting(v1alpha1.ReasonRollingOut, "waiting for the StatefulSet controller to observe the new pod template")
 	}
 	if o.Etcd == nil {
-		return wait(v1alpha1.ReasonRolloutWaiting, "etcd did not answer; no member is restarted without a healthy quorum")
+		return plan.Waiting(v1alpha1.ReasonRolloutWaiting, "etcd did not answer; no member is restarted without a healthy quorum")
 	}
 	leader := o.Etcd.Leader()
 	if leader == 0 {
-		return wait(v1alpha1.ReasonRolloutWaiting, "no leader is known; no member is restarted during an election")
+		return plan.Waiting(v1alpha1.ReasonRolloutWaiting, "no leader is known; no member is restarted during an election")
 	}
 	members := map[string]etcd.Member{}
 	for _, m := range o.Etcd.Cluster.Members {
@@ -103,7 +107,7 @@ func decideRollout(o rolloutObservation) membershipAction {
 	}
 	leaderIndex := o.Etcd.Status[leader].RaftIndex
 	// up: the member answers, reports no alarm and is caught up with the leader.
-	up := func(p rolloutPod) (bool, string) {
+	up := func(p Pod) (bool, string) {
 		m, ok := members[p.Name]
 		if !ok {
 			return false, "it is not a member of the cluster"
@@ -115,8 +119,8 @@ func decideRollout(o rolloutObservation) membershipAction {
 				return false, fmt.Sprintf("etcd does not answer: %v", err)
 			}
 			return false, "etcd does not answer"
-		case len(memberErrors(st)) > 0:
-			return false, "it reports " + strings.Join(memberErrors(st), ", ")
+		case len(plan.MemberErrors(st)) > 0:
+			return false, "it reports " + strings.Join(plan.MemberErrors(st), ", ")
 		case st.Leader != leader:
 			return false, "it does not follow the leader"
 		case leaderIndex > st.RaftIndex+o.MaxLag:
@@ -136,9 +140,9 @@ func decideRollout(o rolloutObservation) membershipAction {
 		if p.Problem != "" {
 			why = p.Problem
 		}
-		d := since(o.Now, p.FailingSince)
+		d := plan.Since(o.Now, p.FailingSince)
 		if d >= o.MemberTimeout && !p.Deleting {
-			a := wait(v1alpha1.ReasonUpgradeStalled, fmt.Sprintf(
+			a := plan.Waiting(v1alpha1.ReasonUpgradeStalled, fmt.Sprintf(
 				"member %s has not become healthy on the new pod template (%s) within %s (spec.upgrade.memberTimeout): %s. "+
 					"The rollout stopped; %d members keep serving on the previous template. Fix the cause and the rollout resumes "+
 					"(a failing pod restarts by itself, or delete it), or set spec.version back to the version the other members run to roll %s back",
@@ -146,7 +150,7 @@ func decideRollout(o rolloutObservation) membershipAction {
 			a.Member = p.Name
 			return a
 		}
-		a := wait(v1alpha1.ReasonMemberRestarting, fmt.Sprintf("member %s restarted on the new pod template (%s) %s ago and is not back yet: %s; the next member restarts once it is healthy and caught up (%d outdated)",
+		a := plan.Waiting(v1alpha1.ReasonMemberRestarting, fmt.Sprintf("member %s restarted on the new pod template (%s) %s ago and is not back yet: %s; the next member restarts once it is healthy and caught up (%d outdated)",
 			p.Name, o.versionText(), d.Round(time.Second), why, len(outdated)))
 		a.Member = p.Name
 		if !p.Deleting {
@@ -168,25 +172,25 @@ func decideRollout(o rolloutObservation) membershipAction {
 		if why == "" {
 			why = "its pod is not ready and etcd does not answer"
 		}
-		return membershipAction{Kind: actDeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
+		return plan.Step{Kind: plan.DeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
 			Message: fmt.Sprintf("restarting member %s on the current pod template (%s): it is down on the previous one (%s), so this costs no quorum", p.Name, o.versionText(), why)}
 	}
 
 	// Preflight: every member voting, healthy, caught up, no alarm.
 	for _, m := range o.Etcd.Cluster.Members {
 		if m.IsLearner {
-			return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("learner %s is joining; members restart once it is promoted", nameOr(m)))
+			return plan.Waiting(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("learner %s is joining; members restart once it is promoted", plan.NameOr(m)))
 		}
 		if st, ok := o.Etcd.Status[m.ID]; ok {
-			if errs := memberErrors(st); len(errs) > 0 {
-				return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s reports %s; no member restarts while etcd raises an alarm (fix the cause, then etcdctl alarm disarm)",
-					nameOr(m), strings.Join(errs, ", ")))
+			if errs := plan.MemberErrors(st); len(errs) > 0 {
+				return plan.Waiting(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s reports %s; no member restarts while etcd raises an alarm (fix the cause, then etcdctl alarm disarm)",
+					plan.NameOr(m), strings.Join(errs, ", ")))
 			}
 		}
 	}
 	for _, p := range o.Pods {
 		if ok, why := up(p); !ok {
-			return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s is not ready for the rollout: %s; the next member restarts once every member is healthy and caught up", p.Name, why))
+			return plan.Waiting(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s is not ready for the rollout: %s; the next member restarts once every member is healthy and caught up", p.Name, why))
 		}
 	}
 
@@ -194,7 +198,7 @@ func decideRollout(o rolloutObservation) membershipAction {
 		if m := members[p.Name]; m.ID == leader {
 			continue
 		}
-		return membershipAction{Kind: actDeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
+		return plan.Step{Kind: plan.DeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
 			Message: fmt.Sprintf("restarting follower %s on the new pod template (%s); %d members outdated", p.Name, o.versionText(), len(outdated))}
 	}
 	// Only the leader is outdated: hand leadership to an updated member, then restart it.
@@ -208,25 +212,25 @@ func decideRollout(o rolloutObservation) membershipAction {
 		}
 	}
 	if best.ID != 0 {
-		return membershipAction{Kind: actMoveLeader, Member: p.Name, ID: leader, Target: best.ID, Reason: v1alpha1.ReasonRollingOut,
+		return plan.Step{Kind: plan.MoveLeader, Member: p.Name, ID: leader, Target: best.ID, Reason: v1alpha1.ReasonRollingOut,
 			Message: fmt.Sprintf("moving leadership from %s to the updated member %s before restarting %s", p.Name, best.Name, p.Name)}
 	}
 	if len(o.Pods) == 1 {
-		return membershipAction{Kind: actDeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
+		return plan.Step{Kind: plan.DeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
 			Message: fmt.Sprintf("restarting the only member %s on the new pod template (%s)", p.Name, o.versionText())}
 	}
-	return wait(v1alpha1.ReasonRolloutWaiting, "no updated member can take over leadership yet")
+	return plan.Waiting(v1alpha1.ReasonRolloutWaiting, "no updated member can take over leadership yet")
 }
 
 // afterStep: every pod runs the current template. Until etcd raises the cluster version to
 // that template's minor the upgrade is not done (and an intermediate step cannot go on).
-func (o rolloutObservation) afterStep() membershipAction {
+func (o Observation) afterStep() plan.Step {
 	if o.StepVersion == "" || o.Etcd == nil {
-		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+		return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled}
 	}
 	step, err := versions.Parse(o.StepVersion)
 	if err != nil {
-		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+		return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled}
 	}
 	stepping := o.StepVersion != o.TargetVersion
 	cv := o.Etcd.ClusterVersion()
@@ -234,15 +238,15 @@ func (o rolloutObservation) afterStep() membershipAction {
 	switch {
 	case err != nil && !stepping:
 		// etcd did not say; nothing waits on it.
-		return membershipAction{Kind: actNone, Reason: reasonReconciled}
+		return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled}
 	case err == nil && !c.Less(versions.Version{Major: step.Major, Minor: step.Minor}):
 		if !stepping {
-			return membershipAction{Kind: actNone, Reason: reasonReconciled}
+			return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled}
 		}
 		if o.LegacyLogIndex != 0 {
 			return o.advanceLog()
 		}
-		return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s and the cluster version is %s; the next step towards %s starts", o.StepVersion, cv, o.TargetVersion))
+		return plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s and the cluster version is %s; the next step towards %s starts", o.StepVersion, cv, o.TargetVersion))
 	}
 	if cv == "" {
 		cv = "unknown"
@@ -251,7 +255,7 @@ func (o rolloutObservation) afterStep() membershipAction {
 	if stepping {
 		next = " before the next minor towards " + o.TargetVersion
 	}
-	return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s%s",
+	return plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s%s",
 		o.StepVersion, cv, step.MinorString(), next))
 }
 
@@ -259,29 +263,29 @@ func (o rolloutObservation) afterStep() membershipAction {
 // written under cluster version 3.5 (etcd 3.7 cannot replay them). Once every member applied
 // more than --snapshot-count entries past LegacyLogIndex, each has; an idle cluster gets there
 // through entries that change no key.
-func (o rolloutObservation) advanceLog() membershipAction {
+func (o Observation) advanceLog() plan.Step {
 	need := uint64(0)
 	for _, m := range o.Etcd.Cluster.Members {
 		st, ok := o.Etcd.Status[m.ID]
 		if !ok {
-			return wait(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s does not answer; the members must each take a raft snapshot past index %d before %s, which cannot replay older entries",
-				nameOr(m), o.LegacyLogIndex, o.TargetVersion))
+			return plan.Waiting(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s does not answer; the members must each take a raft snapshot past index %d before %s, which cannot replay older entries",
+				plan.NameOr(m), o.LegacyLogIndex, o.TargetVersion))
 		}
 		if want := o.LegacyLogIndex + o.SnapshotCount + 1; st.AppliedIndex < want {
 			need = max(need, want-st.AppliedIndex)
 		}
 	}
 	if need == 0 {
-		return wait(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member has taken a raft snapshot past index %d; the next step towards %s starts", o.LegacyLogIndex, o.TargetVersion))
+		return plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member has taken a raft snapshot past index %d; the next step towards %s starts", o.LegacyLogIndex, o.TargetVersion))
 	}
-	n := int(min(need, maxAdvancePerStep))
-	return membershipAction{Kind: actAdvanceLog, Entries: n, Reason: v1alpha1.ReasonVersionStep, Message: fmt.Sprintf(
+	n := int(min(need, MaxAdvancePerStep))
+	return plan.Step{Kind: plan.AdvanceLog, Entries: n, Reason: v1alpha1.ReasonVersionStep, Message: fmt.Sprintf(
 		"the raft logs may still hold entries written under cluster version 3.5 (up to index %d), which etcd %s cannot replay: appending %d entries that change no key (lease grant and revoke), %d still needed for every member to snapshot past them (--snapshot-count %d)",
 		o.LegacyLogIndex, o.TargetVersion, n, need, o.SnapshotCount)}
 }
 
 // versionText names the version being rolled out, for messages.
-func (o rolloutObservation) versionText() string {
+func (o Observation) versionText() string {
 	switch {
 	case o.StepVersion == "":
 		return "same version"
@@ -291,8 +295,8 @@ func (o rolloutObservation) versionText() string {
 	return "etcd " + o.StepVersion
 }
 
-// rolloutProgress is the status of a rollout, nil when none runs.
-func rolloutProgress(o rolloutObservation, a membershipAction) *v1alpha1.UpgradeStatus {
+// Progress is the status of a rollout, nil when none runs.
+func Progress(o Observation, a plan.Step) *v1alpha1.UpgradeStatus {
 	var pending, updated int32
 	for _, p := range o.Pods {
 		if p.Revision != o.UpdateRevision {
@@ -305,27 +309,20 @@ func rolloutProgress(o rolloutObservation, a membershipAction) *v1alpha1.Upgrade
 		return nil
 	}
 	s := &v1alpha1.UpgradeStatus{StepVersion: o.StepVersion, UpdatedMembers: updated, PendingMembers: pending, Message: a.Message}
-	if a.Kind == actDeletePod || a.Kind == actMoveLeader || a.Reason == v1alpha1.ReasonMemberRestarting || a.Reason == v1alpha1.ReasonUpgradeStalled {
+	if a.Kind == plan.DeletePod || a.Kind == plan.MoveLeader || a.Reason == v1alpha1.ReasonMemberRestarting || a.Reason == v1alpha1.ReasonUpgradeStalled {
 		s.Member = a.Member
 	}
 	return s
 }
 
-func nameOr(m etcd.Member) string {
-	if m.Name != "" {
-		return m.Name
-	}
-	return etcd.FormatID(m.ID)
-}
-
-// rolloutPodsOf is the rollout's view of the member pods.
-func rolloutPodsOf(pods []podInfo) []rolloutPod {
-	var out []rolloutPod
+// PodsOf is the rollout's view of the member pods.
+func PodsOf(pods []plan.Pod) []Pod {
+	var out []Pod
 	for _, p := range pods {
 		if !p.Exists {
 			continue
 		}
-		out = append(out, rolloutPod{Name: p.Name, Ordinal: p.Ordinal, Ready: p.Ready, Deleting: p.Deleting, NodeReady: p.NodeReady,
+		out = append(out, Pod{Name: p.Name, Ordinal: p.Ordinal, Ready: p.Ready, Deleting: p.Deleting, NodeReady: p.NodeReady,
 			Revision: p.Revision, FailingSince: p.FailingSince, Problem: p.Problem})
 	}
 	return out

@@ -1,4 +1,4 @@
-package controllers
+package membership
 
 import (
 	"encoding/json"
@@ -128,8 +128,8 @@ func (f *mdFix) lagOf(k int32, lag uint64) *mdFix {
 	return f
 }
 
-func (f *mdFix) obs() memberObservation {
-	o := memberObservation{
+func (f *mdFix) obs() Observation {
+	o := Observation{
 		Desired: f.desired, StatefulSet: "etc", StsReplicas: f.sts, SplitBrain: f.splitBrain, Bootstrapped: !f.notBootstrap,
 		Intent: f.intent, PeerURL: mdPeerURL, LearnerMaxLag: 100, LostMemberTimeout: mdTimeout,
 		DeletePVCOnScaleIn: !f.keepPVCOnScale, Now: mdT0,
@@ -458,7 +458,7 @@ func TestDecideMembership(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := tt.fix.obs()
-			a := decideMembership(o)
+			a := Decide(o)
 			if a.Kind != tt.kind || a.Reason != tt.reason || (tt.member != "" && a.Member != tt.member) || (tt.id != 0 && a.ID != tt.id) {
 				t.Fatalf("got %s member=%q id=%x reason=%s (%s)\nwant %s member=%q id=%x reason=%s",
 					a.Kind, a.Member, a.ID, a.Reason, a.Message, tt.kind, tt.member, tt.id, tt.reason)
@@ -470,7 +470,7 @@ func TestDecideMembership(t *testing.T) {
 				tt.check(t, a)
 			}
 			// Pure: the same observation gives the same action.
-			if b := decideMembership(tt.fix.obs()); !reflect.DeepEqual(a, b) {
+			if b := Decide(tt.fix.obs()); !reflect.DeepEqual(a, b) {
 				t.Errorf("second call gave %+v", b)
 			}
 		})
@@ -733,8 +733,8 @@ func (w *simWorld) settle() {
 	}
 }
 
-func (w *simWorld) observe() memberObservation {
-	o := memberObservation{Desired: w.desired, StatefulSet: "etc", StsReplicas: w.sts, Bootstrapped: true, PeerURL: mdPeerURL,
+func (w *simWorld) observe() Observation {
+	o := Observation{Desired: w.desired, StatefulSet: "etc", StsReplicas: w.sts, Bootstrapped: true, PeerURL: mdPeerURL,
 		LearnerMaxLag: 100, LostMemberTimeout: simTimeout, DeletePVCOnScaleIn: w.deletePVC, Now: w.now}
 	if w.intent != nil {
 		in := *w.intent
@@ -905,7 +905,7 @@ func (w *simWorld) converged() bool {
 func (w *simWorld) run(limit int, rng *rand.Rand, drop float64) int {
 	w.t.Helper()
 	for step := 1; step <= limit; step++ {
-		a := decideMembership(w.observe())
+		a := Decide(w.observe())
 		dropped := rng != nil && a.Kind != actWait && a.Kind != actNone && rng.Float64() < drop
 		w.log = append(w.log, fmt.Sprintf("%3d %-16s %-6s %x r=%d force=%v %-14s dropped=%v %s", step, a.Kind, a.Member, a.ID, a.Replicas, a.Force, a.Reason, dropped, a.Message))
 		if a.Kind == actNone {
@@ -999,5 +999,27 @@ func TestDecideMembershipSimulatedCrashes(t *testing.T) {
 				simReplace(t, rand.New(rand.NewSource(seed)), 0.35, 400, fault)
 			})
 		}
+	}
+}
+
+// TestCrashLoopOnNewTemplateIsNotReplaced: a member that crash loops on the new pod template
+// while the others still run the old one failed an upgrade; replacing it would lose its data
+// and start a fresh member on the same failing template.
+func TestCrashLoopOnNewTemplateIsNotReplaced(t *testing.T) {
+	crash := func(p *podInfo) {
+		p.CrashLooping, p.FailingSince, p.Ready, p.Running, p.RestartCount = true, mdT0.Add(-time.Hour), false, false, 9
+	}
+	rev := func(r string) func(*podInfo) { return func(p *podInfo) { p.Revision = r } }
+	f := cluster3(3).down(2).pod(0, rev("old")).pod(1, rev("old")).pod(2, rev("new")).pod(2, crash)
+	o := f.obs()
+	o.UpdateRevision = "new"
+	if a := Decide(o); a.Kind != actWait || a.Reason != reasonMemberUnhealthy {
+		t.Fatalf("during a rollout: got %s %s (%s), want a wait for the unhealthy member", a.Kind, a.Reason, a.Message)
+	}
+	f = cluster3(3).down(2).pod(0, rev("new")).pod(1, rev("new")).pod(2, rev("new")).pod(2, crash)
+	o = f.obs()
+	o.UpdateRevision = "new"
+	if a := Decide(o); a.Kind != actRecordIntent || a.Member != "etc-2" {
+		t.Fatalf("without a rollout: got %s %s (%s), want the replacement to start", a.Kind, a.Member, a.Message)
 	}
 }

@@ -1,0 +1,183 @@
+package rollout
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+)
+
+var roNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// rolloutCluster is three healthy members e-0..e-2 (IDs 1..3) at raft index 1000, led by
+// leader, with the listed IDs not answering.
+func rolloutCluster(leader uint64, unhealthy ...uint64) *etcd.Observed {
+	o := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
+	for i := uint64(0); i < 3; i++ {
+		o.Cluster.Members = append(o.Cluster.Members, etcd.Member{ID: i + 1, Name: "e-" + string(rune('0'+i)), ClientURLs: []string{"u"}})
+		if !slices.Contains(unhealthy, i+1) {
+			o.Status[i+1] = etcd.MemberStatus{ID: i + 1, Leader: leader, RaftIndex: 1000, ClusterVersion: "3.5.0"}
+		}
+	}
+	return o
+}
+
+func pods(revs ...string) []Pod {
+	var out []Pod
+	for i, r := range revs {
+		out = append(out, Pod{Name: "e-" + string(rune('0'+i)), Ordinal: int32(i), Ready: true, NodeReady: true, Revision: r,
+			FailingSince: roNow.Add(-time.Hour)})
+	}
+	return out
+}
+
+// ro is a rollout observation of three pods on the given revisions towards "new".
+func ro(etcdObs *etcd.Observed, revs ...string) Observation {
+	return Observation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods(revs...), Etcd: etcdObs, Now: roNow,
+		MemberTimeout: 2 * time.Minute, MaxLag: 100, StepVersion: "3.6.16", TargetVersion: "3.6.16"}
+}
+
+func TestDecideRollout(t *testing.T) {
+	edit := func(o Observation, f func(*Observation)) Observation { f(&o); return o }
+	// failing: pod k restarted d ago and does not run; its member does not answer.
+	failing := func(o Observation, k int, d time.Duration) Observation {
+		o.Pods[k].Ready, o.Pods[k].FailingSince, o.Pods[k].Problem = false, roNow.Add(-d), "CrashLoopBackOff: back-off 40s; last exit code 1: exec: no such file; 4 restarts"
+		delete(o.Etcd.Status, uint64(k+1))
+		return o
+	}
+	tests := []struct {
+		name   string
+		o      Observation
+		kind   plan.Kind
+		reason string
+		member string
+		target uint64
+		msg    string // a part of the message
+	}{
+		{name: "all updated, same minor", o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) { o.StepVersion, o.TargetVersion = "3.5.35", "3.5.35" }),
+			kind: plan.None},
+		{name: "all updated to a new minor: wait for etcd to raise the cluster version", o: ro(rolloutCluster(1), "new", "new", "new"),
+			kind: plan.Wait, reason: v1alpha1.ReasonVersionStep, msg: "raise the cluster version (now 3.5.0) to 3.6"},
+		{name: "all updated, cluster version unknown", o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) {
+			for id, st := range o.Etcd.Status {
+				st.ClusterVersion = ""
+				o.Etcd.Status[id] = st
+			}
+		}), kind: plan.None},
+		{name: "StatefulSet behind", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *Observation) { o.StsCaughtUp = false }), kind: plan.Wait},
+		{name: "followers first, highest ordinal", o: ro(rolloutCluster(1), "old", "old", "old"), kind: plan.DeletePod, member: "e-2"},
+		{name: "next follower", o: ro(rolloutCluster(1), "old", "old", "new"), kind: plan.DeletePod, member: "e-1"},
+		{name: "leader last: move leadership to an updated member", o: ro(rolloutCluster(1), "old", "new", "new"), kind: plan.MoveLeader, member: "e-0", target: 2},
+		{name: "leadership goes to the updated member furthest ahead",
+			o: edit(ro(rolloutCluster(1), "old", "new", "new"), func(o *Observation) {
+				st := o.Etcd.Status[3]
+				st.RaftIndex = 1010
+				o.Etcd.Status[3] = st
+			}), kind: plan.MoveLeader, member: "e-0", target: 3},
+		{name: "former leader is a follower now", o: ro(rolloutCluster(2), "old", "new", "new"), kind: plan.DeletePod, member: "e-0"},
+		{name: "an outdated member whose etcd does not answer but whose pod is ready waits", o: ro(rolloutCluster(1, 2), "old", "old", "new"),
+			kind: plan.Wait, reason: v1alpha1.ReasonRolloutWaiting, msg: "member e-1 is not ready for the rollout: etcd does not answer"},
+		{name: "an outdated member that is down restarts first", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 1, time.Minute),
+			kind: plan.DeletePod, member: "e-1", msg: "down on the previous one"},
+		{name: "a restarting member holds the rollout", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 30*time.Second),
+			kind: plan.Wait, reason: v1alpha1.ReasonMemberRestarting, member: "e-2", msg: "30s ago"},
+		{name: "a restarted member trailing the leader holds the rollout",
+			o: edit(ro(rolloutCluster(1), "old", "old", "new"), func(o *Observation) {
+				st := o.Etcd.Status[3]
+				st.RaftIndex = 800
+				o.Etcd.Status[3] = st
+				o.Pods[2].FailingSince = roNow.Add(-20 * time.Second)
+			}), kind: plan.Wait, reason: v1alpha1.ReasonMemberRestarting, member: "e-2", msg: "trails the leader by 200 raft entries"},
+		{name: "a restarted member failing past the timeout stops the rollout", o: failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute),
+			kind: plan.Wait, reason: v1alpha1.ReasonUpgradeStalled, member: "e-2", msg: "within 2m0s (spec.upgrade.memberTimeout): CrashLoopBackOff"},
+		{name: "a stalled rollout does not restart a down outdated member",
+			o:    failing(failing(ro(rolloutCluster(1), "old", "old", "new"), 2, 3*time.Minute), 1, time.Minute),
+			kind: plan.Wait, reason: v1alpha1.ReasonUpgradeStalled, member: "e-2"},
+		{name: "rollback: the member down on the reverted template restarts first",
+			o: failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), kind: plan.DeletePod, member: "e-2", msg: "costs no quorum"},
+		{name: "a down member on a NotReady node is left to membership",
+			o:    edit(failing(ro(rolloutCluster(1), "new", "new", "old"), 2, 10*time.Minute), func(o *Observation) { o.Pods[2].NodeReady = false }),
+			kind: plan.Wait, reason: v1alpha1.ReasonRolloutWaiting},
+		{name: "a restarting pod stops the rollout", o: edit(ro(rolloutCluster(1), "old", "old", "new"), func(o *Observation) {
+			o.Pods[2].Ready, o.Pods[2].FailingSince = false, roNow.Add(-5*time.Second)
+		}), kind: plan.Wait, reason: v1alpha1.ReasonMemberRestarting, msg: "its pod is not ready"},
+		{name: "an alarm stops the rollout",
+			o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *Observation) {
+				st := o.Etcd.Status[2]
+				st.Errors = []string{"memberID:2 alarm:NOSPACE"}
+				o.Etcd.Status[2] = st
+			}), kind: plan.Wait, reason: v1alpha1.ReasonRolloutWaiting, msg: "alarm:NOSPACE"},
+		{name: "no leader", o: ro(rolloutCluster(0), "old", "old", "old"), kind: plan.Wait},
+		{name: "etcd unreachable", o: ro(nil, "old", "old", "old"), kind: plan.Wait},
+		{name: "a learner joining", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *Observation) { o.Etcd.Cluster.Members[2].IsLearner = true }),
+			kind: plan.Wait, msg: "learner e-2"},
+		{name: "intermediate step done: wait for the cluster version",
+			o:    edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) { o.TargetVersion = "3.7.3" }),
+			kind: plan.Wait, reason: v1alpha1.ReasonVersionStep, msg: "raise the cluster version (now 3.5.0) to 3.6"},
+		{name: "intermediate step done and the cluster version raised",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) {
+				o.TargetVersion = "3.7.3"
+				for id, st := range o.Etcd.Status {
+					st.ClusterVersion = "3.6.0"
+					o.Etcd.Status[id] = st
+				}
+			}),
+			kind: plan.Wait, reason: v1alpha1.ReasonVersionStep, msg: "the next step towards 3.7.3 starts"},
+		{name: "3.5-era log entries: append entries until every member snapshots past them",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) {
+				o.TargetVersion, o.LegacyLogIndex, o.SnapshotCount = "3.7.3", 900, 10000
+				for id, st := range o.Etcd.Status {
+					st.ClusterVersion, st.AppliedIndex = "3.6.0", 1000
+					o.Etcd.Status[id] = st
+				}
+			}),
+			kind: plan.AdvanceLog, reason: v1alpha1.ReasonVersionStep, msg: "appending 4000 entries that change no key (lease grant and revoke), 9901 still needed"},
+		{name: "3.5-era log entries: every member has snapshotted past them",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) {
+				o.TargetVersion, o.LegacyLogIndex, o.SnapshotCount = "3.7.3", 900, 100
+				for id, st := range o.Etcd.Status {
+					st.ClusterVersion, st.AppliedIndex = "3.6.0", 1001
+					o.Etcd.Status[id] = st
+				}
+			}),
+			kind: plan.Wait, reason: v1alpha1.ReasonVersionStep, msg: "every member has taken a raft snapshot past index 900"},
+		{name: "single member restarts in place", o: Observation{UpdateRevision: "new", StsCaughtUp: true, Pods: pods("old"), Now: roNow, MemberTimeout: time.Minute,
+			Etcd: &etcd.Observed{Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "e-0", ClientURLs: []string{"u"}}}}, Status: map[uint64]etcd.MemberStatus{1: {ID: 1, Leader: 1}}}},
+			kind: plan.DeletePod, member: "e-0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := Decide(tt.o)
+			if a.Kind != tt.kind || (tt.member != "" && a.Member != tt.member) || a.Target != tt.target || a.Message == "" && a.Kind != plan.None ||
+				(tt.reason != "" && a.Reason != tt.reason) || !strings.Contains(a.Message, tt.msg) {
+				t.Fatalf("got %s %s %s target %d (%s)\nwant %s %s %s target %d (%s)", a.Kind, a.Reason, a.Member, a.Target, a.Message,
+					tt.kind, tt.reason, tt.member, tt.target, tt.msg)
+			}
+		})
+	}
+}
+
+func TestRolloutProgress(t *testing.T) {
+	o := ro(rolloutCluster(1), "old", "new", "new")
+	a := Decide(o)
+	s := Progress(o, a)
+	if s == nil || s.Member != "e-0" || s.UpdatedMembers != 2 || s.PendingMembers != 1 || s.StepVersion != "3.6.16" || s.Message == "" {
+		t.Fatalf("progress %+v", s)
+	}
+	if s := Progress(ro(rolloutCluster(1), "new", "new", "new"), plan.Step{Kind: plan.None}); s != nil {
+		t.Fatalf("no rollout runs, progress %+v", s)
+	}
+	o = ro(rolloutCluster(1), "new", "new", "new")
+	if s := Progress(o, Decide(o)); s == nil || s.PendingMembers != 0 || !strings.Contains(s.Message, "cluster version") {
+		t.Fatalf("waiting for the cluster version, progress %+v", s)
+	}
+	o = ro(rolloutCluster(1), "new", "new", "new")
+	o.TargetVersion = "3.7.3"
+	if s := Progress(o, Decide(o)); s == nil || s.StepVersion != "3.6.16" || s.PendingMembers != 0 {
+		t.Fatalf("between two steps, progress %+v", s)
+	}
+}

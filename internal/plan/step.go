@@ -1,0 +1,65 @@
+package plan
+
+import "time"
+
+// Kind is the kind of a step.
+type Kind string
+
+const (
+	// None: the membership matches the spec; nothing to do.
+	None Kind = "None"
+	// Wait: nothing can be done safely now; Reason and Message say what is awaited.
+	// RequeueAfter, when set, is when the situation changes by itself (a timeout).
+	Wait Kind = "Wait"
+	// RecordIntent: store Intent before the next step.
+	RecordIntent Kind = "RecordIntent"
+	// ClearIntent: the change is finished (or abandoned); remove the stored intent.
+	ClearIntent Kind = "ClearIntent"
+	// AddLearner: add a learner with PeerURL for Member.
+	AddLearner Kind = "AddLearner"
+	// PromoteLearner: promote the learner ID.
+	PromoteLearner Kind = "PromoteLearner"
+	// MoveLeader: ask the leader ID (named Member) to hand leadership to Target.
+	MoveLeader Kind = "MoveLeader"
+	// RemoveMember: remove member ID; a member already gone is success.
+	RemoveMember Kind = "RemoveMember"
+	// ScaleStatefulSet: set the StatefulSet's .spec.replicas to Replicas.
+	ScaleStatefulSet Kind = "ScaleStatefulSet"
+	// DeletePVC: delete the data claim of the pod Member.
+	DeletePVC Kind = "DeletePVC"
+	// DeletePod: delete the pod Member (with grace period 0 when Force: its node is not
+	// ready, so the kubelet will never confirm). Membership returns it only for a pod whose
+	// member is not a voting member, so a zombie process cannot harm the cluster; the rollout
+	// returns it to restart one member at a time onto a new pod template, with quorum intact.
+	DeletePod Kind = "DeletePod"
+	// AdvanceLog appends Entries raft entries that change no key (lease grant/revoke), so
+	// every member snapshots past the log entries etcd 3.7 cannot replay.
+	AdvanceLog Kind = "AdvanceLog"
+)
+
+// Step is the one next step.
+type Step struct {
+	Kind Kind
+	// Member is the pod (and member) name the step is about; for MoveLeader, the leader.
+	Member string
+	// ID is the member ID (PromoteLearner, RemoveMember, MoveLeader: the current leader).
+	ID uint64
+	// PeerURL is the peer URL of the learner to add (AddLearner).
+	PeerURL string
+	// Replicas is the StatefulSet's new .spec.replicas (ScaleStatefulSet).
+	Replicas int32
+	// Target is the transferee of MoveLeader.
+	Target uint64
+	// Entries is the number of raft entries AdvanceLog appends.
+	Entries int
+	// Force asks DeletePod for grace period 0.
+	Force bool
+	// Intent is the intent to store (RecordIntent).
+	Intent *Intent
+	// RequeueAfter is a hint for Wait: when the situation changes by itself.
+	RequeueAfter time.Duration
+	// Reason is a CamelCase reason for conditions and events.
+	Reason string
+	// Message says what is done and why, or what is awaited.
+	Message string
+}

@@ -1,0 +1,48 @@
+package plan
+
+import (
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// Quorum is the number of votes a cluster of n voting members needs.
+func Quorum(n int32) int32 { return n/2 + 1 }
+
+// Since is how long before now t was; zero for a zero or future t.
+func Since(now, t time.Time) time.Duration {
+	if t.IsZero() || t.After(now) {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+// Waiting is a Wait step with its reason and message.
+func Waiting(reason, msg string) Step {
+	return Step{Kind: Wait, Reason: reason, Message: msg}
+}
+
+// NoLeaderError is what etcd puts in a status reply while the member knows no leader (an
+// election is under way). The member is up and keeps its data: availability reports the
+// missing leader, the member's health does not.
+const NoLeaderError = "etcdserver: no leader"
+
+// MemberErrors are the problems a member reports (alarms, mostly) other than an election in
+// progress.
+func MemberErrors(st etcd.MemberStatus) []string {
+	var out []string
+	for _, e := range st.Errors {
+		if e != NoLeaderError {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// NameOr is the member's name, or its ID when it has not started.
+func NameOr(m etcd.Member) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return etcd.FormatID(m.ID)
+}
