@@ -64,6 +64,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	@# CEL sees only declared fields: declare the keys spec.chart.values may not set, with their rules.
+	go run ./hack/chartvalues config/crd/bases/etcdpilot.io_etcdclusters.yaml
 	$(CONTROLLER_GEN) rbac:roleName=etcd-pilot-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: verify

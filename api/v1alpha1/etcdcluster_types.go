@@ -243,7 +243,10 @@ type EtcdSettings struct {
 type ChartSpec struct {
 	// Values are chart values merged over the ones the operator computes, last: the platform
 	// team's escape hatch (see charts/etcd-cluster/values.yaml). The chart's schema still
-	// applies to the merged result.
+	// applies to the merged result. Keys with a typed field (replicas, image.repository,
+	// image.tag, etcd.version, the etcd tuning, etcd.extraArgs, storage, pod placement and
+	// metadata) and keys etcd-pilot owns (etcd.clusterToken, etcd.initialClusterState,
+	// operator, managedBy, fullnameOverride, nameOverride) are refused.
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:Schemaless

@@ -2,9 +2,11 @@ package v1alpha1_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,12 +17,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // These tests send EtcdClusters to a real kube-apiserver with the generated CRD installed, so
@@ -481,6 +485,12 @@ func TestExtraArgsRulesMatchFlagLists(t *testing.T) {
 // extraArgsRules reads the CEL rules on spec.etcd.extraArgs from the generated CRD.
 func extraArgsRules(t *testing.T) apiextensionsv1.ValidationRules {
 	t.Helper()
+	return crdSchema(t, "spec", "etcd", "extraArgs").XValidations
+}
+
+// crdSchema reads the schema of the field at path from the generated CRD.
+func crdSchema(t *testing.T, path ...string) *apiextensionsv1.JSONSchemaProps {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "etcdpilot.io_etcdclusters.yaml"))
 	if err != nil {
 		t.Fatalf("failed to read the CRD: %v", err)
@@ -497,14 +507,14 @@ func extraArgsRules(t *testing.T) apiextensionsv1.ValidationRules {
 			t.Fatalf("CRD version %s has no schema", v.Name)
 		}
 		s := v.Schema.OpenAPIV3Schema
-		for _, p := range []string{"spec", "etcd", "extraArgs"} {
+		for _, p := range path {
 			next, ok := s.Properties[p]
 			if !ok {
 				t.Fatalf("CRD schema lacks %s", p)
 			}
 			s = &next
 		}
-		return s.XValidations
+		return s
 	}
 	t.Fatalf("CRD has no version %s", v1alpha1.GroupVersion.Version)
 	return nil
@@ -553,6 +563,233 @@ func duplicates(l []string) []string {
 		seen[s] = true
 	}
 	return dup
+}
+
+// guardedSample is a value of the JSON type t, as a user would write it.
+func guardedSample(t string) any {
+	switch t {
+	case "string":
+		return "x"
+	case "integer":
+		return 5
+	case "boolean":
+		return true
+	case "object":
+		return map[string]any{"a": "b"}
+	case "array":
+		return []any{map[string]any{"a": "b"}}
+	}
+	panic("no sample for type " + t)
+}
+
+// nested returns {"a": {"b": v}} for the path a.b.
+func nested(path string, v any) map[string]any {
+	parts := strings.Split(path, ".")
+	out := map[string]any{parts[len(parts)-1]: v}
+	for i := len(parts) - 2; i >= 0; i-- {
+		out = map[string]any{parts[i]: out}
+	}
+	return out
+}
+
+// withChartValues sets spec.chart.values to v's JSON.
+func withChartValues(t *testing.T, v any) func(*v1alpha1.EtcdClusterSpec) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(s *v1alpha1.EtcdClusterSpec) { s.Chart.Values = &runtime.RawExtension{Raw: raw} }
+}
+
+// TestChartValuesGuardedKeys sends every key of v1alpha1.GuardedChartValues to the API
+// server and to values.Compute (which refuses them for objects stored before the rules
+// existed): both must refuse exactly the same keys, with the same message, and both must
+// accept the keys that stay open.
+func TestChartValuesGuardedKeys(t *testing.T) {
+	type tc struct {
+		name   string
+		values any
+		want   string // empty: accepted
+	}
+	var cases []tc
+	for _, g := range v1alpha1.GuardedChartValues {
+		cases = append(cases, tc{name: g.Path, values: nested(g.Path, guardedSample(g.Type)), want: g.Message()})
+	}
+	for _, raw := range []string{
+		`{"imagePullSecrets": [{"name": "pull"}]}`,
+		`{"image": {"pullPolicy": "Always"}}`,
+		`{"podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}}`,
+		`{"terminationGracePeriodSeconds": 120}`,
+		`{"serviceAccount": {"create": false, "name": "etcd"}}`,
+		`{"service": {"type": "NodePort", "annotations": {"a": "b"}}}`,
+		`{"podDisruptionBudget": {"enabled": false}}`,
+		`{"commonLabels": {"team": "a"}}`,
+		`{"etcd": {"clusterDomain": "cluster.example", "clientPort": 12379, "peerPort": 12380, "metricsPort": 12381}}`,
+		`{"storage": {}, "unknownKey": {"kept": true}}`,
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(raw), &v); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, tc{name: "open " + raw, values: v})
+	}
+
+	ns := env.Namespace(t)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(i), withChartValues(t, c.values))
+			var want []string
+			if c.want != "" {
+				want = []string{"spec.chart.values", c.want}
+			}
+			checkAdmission(t, env.Client.Create(reqCtx(t), ec.DeepCopy()), want)
+
+			// What the API server stored, or for a refused object what it would have.
+			if c.want == "" {
+				if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+					t.Fatalf("failed to get the EtcdCluster: %v", err)
+				}
+				var stored any
+				if err := json.Unmarshal(ec.Spec.Chart.Values.Raw, &stored); err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(normalize(t, c.values), stored) {
+					t.Errorf("the API server stored spec.chart.values %s, want them as sent", ec.Spec.Chart.Values.Raw)
+				}
+			}
+			_, err := values.Compute(ec)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("values.Compute refused what the API server accepted: %v", err)
+			case c.want != "" && (err == nil || err.Error() != c.want):
+				t.Errorf("values.Compute: %v, want the admission message %q", err, c.want)
+			}
+		})
+	}
+}
+
+// normalize gives v as it comes back from JSON.
+func normalize(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestChartValuesGuardedNulls covers nulls, which would delete the computed values: CEL
+// cannot tell a null from a missing field, so the CRD declares the guarded keys and their
+// parents not nullable and the API server drops the null before storing. values.Compute
+// refuses what an object stored before the rules could still hold.
+func TestChartValuesGuardedNulls(t *testing.T) {
+	var cases []map[string]any
+	for _, g := range v1alpha1.GuardedChartValues {
+		cases = append(cases, nested(g.Path, nil))
+	}
+	cases = append(cases, map[string]any{"etcd": nil}, map[string]any{"image": nil}, map[string]any{"storage": nil})
+	ns := env.Namespace(t)
+	for i, v := range cases {
+		sent, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(string(sent), func(t *testing.T) {
+			ec := newCluster(ns, objectName(i), withChartValues(t, v))
+			if _, err := values.Compute(ec); err == nil {
+				t.Errorf("values.Compute accepted spec.chart.values %s", sent)
+			}
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatalf("want the object accepted with the null dropped, got: %v", err)
+			}
+			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+				t.Fatal(err)
+			}
+			var stored map[string]any
+			if err := json.Unmarshal(ec.Spec.Chart.Values.Raw, &stored); err != nil {
+				t.Fatal(err)
+			}
+			if want := dropNulls(v); !reflect.DeepEqual(stored, want) {
+				t.Errorf("the API server stored spec.chart.values %s, want %v: the null dropped", ec.Spec.Chart.Values.Raw, want)
+			}
+			if _, err := values.Compute(ec); err != nil {
+				t.Errorf("values.Compute refused what the API server stored: %v", err)
+			}
+		})
+	}
+}
+
+// dropNulls returns m without its null values, at any depth.
+func dropNulls(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		switch v := v.(type) {
+		case nil:
+		case map[string]any:
+			out[k] = dropNulls(v)
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestChartValuesGuardedParents covers parents of guarded keys that are not objects (they
+// would replace every computed value below them) and several guarded keys at once.
+func TestChartValuesGuardedParents(t *testing.T) {
+	runCreateCases(t, []createCase{
+		{name: "string image refused", spec: withChartValues(t, map[string]any{"image": "etcd:latest"}),
+			wantErr: []string{"spec.chart.values.image", "must be of type object"}},
+		{name: "list etcd refused", spec: withChartValues(t, map[string]any{"etcd": []any{"x"}}),
+			wantErr: []string{"spec.chart.values.etcd", "must be of type object"}},
+		{name: "several keys each reported", spec: withChartValues(t, map[string]any{"replicas": 5, "etcd": map[string]any{"version": "3.7.3", "clusterDomain": "cluster.example"}}),
+			wantErr: []string{"spec.chart.values.replicas: use spec.replicas", "spec.chart.values.etcd.version: use spec.version"}},
+	})
+}
+
+// TestChartValuesRulesMatchGuardedList checks the generated CRD against
+// v1alpha1.GuardedChartValues: one rule per key, in order, with its message, and each key
+// declared (CEL cannot see undeclared fields) with its type. Run `make manifests` after
+// changing the list.
+func TestChartValuesRulesMatchGuardedList(t *testing.T) {
+	s := crdSchema(t, "spec", "chart", "values")
+	if !ptr.Deref(s.XPreserveUnknownFields, false) {
+		t.Errorf("spec.chart.values no longer keeps unknown fields")
+	}
+	rules := s.XValidations
+	if len(rules) != len(v1alpha1.GuardedChartValues) {
+		t.Errorf("spec.chart.values has %d CEL rules, want one per guarded key (%d): run make manifests",
+			len(rules), len(v1alpha1.GuardedChartValues))
+	}
+	for i, g := range v1alpha1.GuardedChartValues {
+		if i < len(rules) && (rules[i].Rule != g.Rule() || rules[i].Message != g.Message()) {
+			t.Errorf("rule %d is %q (%q), want %q (%q): run make manifests", i, rules[i].Rule, rules[i].Message, g.Rule(), g.Message())
+		}
+		p := s
+		for _, part := range strings.Split(g.Path, ".") {
+			next, ok := p.Properties[part]
+			if !ok {
+				t.Errorf("spec.chart.values does not declare %s: run make manifests", g.Path)
+				p = nil
+				break
+			}
+			p = &next
+		}
+		if p != nil && (p.Type != g.Type || p.Nullable) {
+			t.Errorf("spec.chart.values.%s is declared %q nullable=%v, want %q and not nullable (CEL cannot refuse a null)", g.Path, p.Type, p.Nullable, g.Type)
+		}
+	}
+	var paths []string
+	for _, g := range v1alpha1.GuardedChartValues {
+		paths = append(paths, g.Path)
+	}
+	if dup := duplicates(paths); len(dup) > 0 {
+		t.Errorf("GuardedChartValues lists %q more than once", dup)
+	}
 }
 
 func TestVersionTransitions(t *testing.T) {

@@ -4,6 +4,7 @@ package values
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -112,8 +113,10 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 func MembershipConfigMapName(cluster string) string { return cluster + "-membership" }
 
 // Compute returns the chart values for c: Typed, with spec.chart.values merged over it (maps
-// merge key by key, anything else replaces, null deletes, as in Helm). The inventory label and
-// the managed-by value are put back after the merge: pruning depends on them.
+// merge key by key, anything else replaces, null deletes, as in Helm). It fails when
+// spec.chart.values sets a key of v1alpha1.GuardedChartValues, as admission does, for objects
+// stored before the rule existed. The inventory label and the managed-by value are put back
+// after the merge: pruning depends on them.
 func Compute(c *v1alpha1.EtcdCluster) (map[string]any, error) {
 	t, err := Typed(c)
 	if err != nil {
@@ -127,6 +130,9 @@ func Compute(c *v1alpha1.EtcdCluster) (map[string]any, error) {
 		var overrides map[string]any
 		if err := json.Unmarshal(v.Raw, &overrides); err != nil {
 			return nil, fmt.Errorf("spec.chart.values must be an object of chart values: %w", err)
+		}
+		if err := checkGuarded(overrides); err != nil {
+			return nil, err
 		}
 		out = Merge(out, overrides)
 	}
@@ -205,4 +211,66 @@ func checkExtraArgs(args map[string]string) error {
 		return nil
 	}
 	return fmt.Errorf("spec.etcd.extraArgs sets %s; remove them", strings.Join(msgs, "; "))
+}
+
+// checkGuarded refuses the keys of v1alpha1.GuardedChartValues in overrides, whatever their
+// value: a null would delete the computed value. A parent of a guarded key (etcd, image,
+// storage) that is not an object is refused too, since it would replace or delete every value
+// below it; the API server drops a null parent and refuses any other non-object.
+func checkGuarded(overrides map[string]any) error {
+	var msgs []string
+	badParent := map[string]bool{}
+	for _, g := range v1alpha1.GuardedChartValues {
+		parts := strings.Split(g.Path, ".")
+		level := overrides
+		for i, p := range parts[:len(parts)-1] {
+			v, ok := level[p]
+			if !ok {
+				level = nil
+				break
+			}
+			m, ok := v.(map[string]any)
+			if !ok {
+				path := strings.Join(parts[:i+1], ".")
+				if !badParent[path] {
+					badParent[path] = true
+					verb := "replace"
+					if v == nil {
+						verb = "delete"
+					}
+					msgs = append(msgs, fmt.Sprintf("spec.chart.values.%s: must be an object: a %s would %s the values etcd-pilot computes there", path, jsonKind(v), verb))
+				}
+				level = nil
+				break
+			}
+			level = m
+		}
+		if level == nil {
+			continue
+		}
+		if _, ok := level[parts[len(parts)-1]]; ok {
+			msgs = append(msgs, g.Message())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// jsonKind names the JSON type of a decoded value.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "boolean"
+	case []any:
+		return "list"
+	}
+	return "value"
 }

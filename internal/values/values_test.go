@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -314,11 +315,11 @@ func TestComputeKeepsInventory(t *testing.T) {
 		name      string
 		overrides string
 	}{
-		{"null commonLabels and managedBy", `{"commonLabels": null, "managedBy": null}`},
+		// managedBy itself is refused (TestComputeRefusesGuardedChartValues).
+		{"null commonLabels", `{"commonLabels": null}`},
 		{"null cluster label", `{"commonLabels": {"etcdpilot.io/cluster": null}}`},
-		{"other cluster label and managedBy", `{"commonLabels": {"etcdpilot.io/cluster": "someone-else"}, "managedBy": "Helm"}`},
+		{"other cluster label", `{"commonLabels": {"etcdpilot.io/cluster": "someone-else"}}`},
 		{"commonLabels replaced by a scalar", `{"commonLabels": "none"}`},
-		{"empty managedBy", `{"managedBy": ""}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -352,6 +353,138 @@ func TestComputeKeepsInventory(t *testing.T) {
 			t.Errorf("commonLabels = %#v, want %#v", m["commonLabels"], want)
 		}
 	})
+}
+
+// guardedSample is a value of the JSON type t, as a user would write it.
+func guardedSample(t string) any {
+	switch t {
+	case "string":
+		return "x"
+	case "integer":
+		return 5
+	case "boolean":
+		return true
+	case "object":
+		return map[string]any{"a": "b"}
+	case "array":
+		return []any{map[string]any{"a": "b"}}
+	}
+	panic("no sample for type " + t)
+}
+
+// nested returns {"a": {"b": v}} for the path a.b.
+func nested(path string, v any) map[string]any {
+	parts := strings.Split(path, ".")
+	out := map[string]any{parts[len(parts)-1]: v}
+	for i := len(parts) - 2; i >= 0; i-- {
+		out = map[string]any{parts[i]: out}
+	}
+	return out
+}
+
+func computeWithChartValues(t *testing.T, overrides any) (map[string]any, error) {
+	t.Helper()
+	raw, err := json.Marshal(overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace, c.UID = "g", "ns", "0b0e3c52-2f0a-4c1e-8f5d-1d3e0c9a7b21"
+	c.Spec.Chart.Values = &runtime.RawExtension{Raw: raw}
+	return values.Compute(c)
+}
+
+// TestComputeRefusesGuardedChartValues checks that every key of v1alpha1.GuardedChartValues
+// is refused with exactly its message, set to a value or to null (which would delete the
+// computed value); api/v1alpha1's TestChartValuesGuardedKeys sends the same keys to the API
+// server.
+func TestComputeRefusesGuardedChartValues(t *testing.T) {
+	for _, g := range v1alpha1.GuardedChartValues {
+		for _, v := range []any{guardedSample(g.Type), nil} {
+			t.Run(fmt.Sprintf("%s=%v", g.Path, v), func(t *testing.T) {
+				_, err := computeWithChartValues(t, nested(g.Path, v))
+				if err == nil {
+					t.Fatalf("Compute accepted spec.chart.values.%s", g.Path)
+				}
+				if err.Error() != g.Message() {
+					t.Errorf("error %q, want %q", err, g.Message())
+				}
+				if !strings.HasPrefix(err.Error(), "spec.chart.values."+g.Path+": ") {
+					t.Errorf("error %q does not start with the key", err)
+				}
+			})
+		}
+	}
+
+	t.Run("every key is reported, in list order", func(t *testing.T) {
+		overrides := map[string]any{}
+		var want []string
+		for _, g := range v1alpha1.GuardedChartValues {
+			overrides = values.Merge(overrides, nested(g.Path, guardedSample(g.Type)))
+			want = append(want, g.Message())
+		}
+		_, err := computeWithChartValues(t, overrides)
+		if err == nil || err.Error() != strings.Join(want, "; ") {
+			t.Errorf("error %v\nwant %s", err, strings.Join(want, "; "))
+		}
+	})
+
+	// A parent of guarded keys that is not an object would replace or delete them all.
+	parents := []struct {
+		name, overrides, want string
+	}{
+		{"null etcd", `{"etcd": null}`, "spec.chart.values.etcd: must be an object: a null would delete"},
+		{"string image", `{"image": "etcd:latest"}`, "spec.chart.values.image: must be an object: a string would replace"},
+		{"number storage", `{"storage": 5}`, "spec.chart.values.storage: must be an object: a number would replace"},
+		{"list etcd, reported once", `{"etcd": [1]}`, "spec.chart.values.etcd: must be an object: a list would replace"},
+	}
+	for _, tt := range parents {
+		t.Run(tt.name, func(t *testing.T) {
+			var overrides any
+			if err := json.Unmarshal([]byte(tt.overrides), &overrides); err != nil {
+				t.Fatal(err)
+			}
+			_, err := computeWithChartValues(t, overrides)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) || strings.Contains(err.Error(), ";") {
+				t.Errorf("error %v, want one refusal starting %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestComputeKeepsOpenChartValues checks that keys which only shape the pods and Services
+// still pass and land in the values.
+func TestComputeKeepsOpenChartValues(t *testing.T) {
+	open := []string{
+		`{"imagePullSecrets": [{"name": "pull"}]}`,
+		`{"image": {"pullPolicy": "Always"}}`,
+		`{"podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}}`,
+		`{"terminationGracePeriodSeconds": 120}`,
+		`{"serviceAccount": {"create": false, "name": "etcd"}}`,
+		`{"service": {"type": "NodePort", "annotations": {"a": "b"}}}`,
+		`{"podDisruptionBudget": {"enabled": false}}`,
+		`{"commonLabels": {"team": "a"}}`,
+		`{"etcd": {"clusterDomain": "cluster.example"}}`,
+		`{"etcd": {"clientPort": 12379, "peerPort": 12380, "metricsPort": 12381}}`,
+		`{"storage": {}}`,
+		`{}`,
+	}
+	for _, raw := range open {
+		t.Run(raw, func(t *testing.T) {
+			var overrides map[string]any
+			if err := json.Unmarshal([]byte(raw), &overrides); err != nil {
+				t.Fatal(err)
+			}
+			got, err := computeWithChartValues(t, overrides)
+			if err != nil {
+				t.Fatalf("Compute refused %s: %v", raw, err)
+			}
+			// What was set is in the result (commonLabels gains the inventory label).
+			if merged := values.Merge(got, overrides); !reflect.DeepEqual(merged, got) {
+				t.Errorf("the values do not hold %s:\n%#v", raw, got)
+			}
+		})
+	}
 }
 
 func TestComputeRefusesNonObjectChartValues(t *testing.T) {
