@@ -216,15 +216,11 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *container, 
 	for _, a := range c.spec.Args {
 		argv = append(argv, expand(a, lookup))
 	}
-	binDir := defaultImageBinDir
-	if filepath.IsAbs(argv[0]) {
-		binDir = filepath.Dir(argv[0])
-	}
-	if binDir == "/" {
-		return nil, reasonCreateConfigError, fmt.Errorf("container %s: command %s lies in /, which an image folder cannot be mounted over", c.spec.Name, argv[0])
-	}
-	binds := []bindMount{{Source: dir, Target: binDir, ReadOnly: true}}
 	mounts, err := volumeBinds(c.spec.VolumeMounts, volumes, lookup)
+	if err != nil {
+		return nil, reasonCreateConfigError, fmt.Errorf("container %s: %w", c.spec.Name, err)
+	}
+	binds, err := imageBinds(dir, argv[0], mounts)
 	if err != nil {
 		return nil, reasonCreateConfigError, fmt.Errorf("container %s: %w", c.spec.Name, err)
 	}
@@ -244,6 +240,32 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *container, 
 		env:      processEnv(env, pod),
 		imageDir: dir,
 	}, "", nil
+}
+
+// imageBinds returns where the image folder dir appears in a container's view: always at
+// /usr/local/bin, where an image keeps its binaries (so a command run from elsewhere, such as a
+// wrapper an init container copied into an emptyDir, can exec the image's own programs), and
+// also at the directory of an absolute command when that is another directory not at or under
+// the mount path of one of the container's volume mounts (mounts): a command that lives in a
+// volume comes from the volume, which is mounted after the image folder and would hide it.
+func imageBinds(dir, command string, mounts []bindMount) ([]bindMount, error) {
+	binds := []bindMount{{Source: dir, Target: defaultImageBinDir, ReadOnly: true}}
+	if !filepath.IsAbs(command) {
+		return binds, nil
+	}
+	cmdDir := filepath.Dir(command)
+	if cmdDir == defaultImageBinDir {
+		return binds, nil
+	}
+	for _, m := range mounts {
+		if cmdDir == m.Target || strings.HasPrefix(cmdDir, m.Target+"/") || m.Target == "/" {
+			return binds, nil
+		}
+	}
+	if cmdDir == "/" {
+		return nil, fmt.Errorf("command %s lies in /, which an image folder cannot be mounted over", command)
+	}
+	return append(binds, bindMount{Source: dir, Target: cmdDir, ReadOnly: true}), nil
 }
 
 // processEnv turns the container's environment into the process's, adding what a container

@@ -13,9 +13,12 @@
 // subresource; graceful deletion (SIGTERM to the command, then SIGKILL to all its processes
 // after the grace period).
 //
-// The image folder replaces the directory of the container's command in the process's view
-// (/usr/local/bin for a command given without a directory), so it must hold real files, or
-// links that resolve outside that directory.
+// The image folder appears at /usr/local/bin in the process's view, where images keep their
+// programs, and also replaces the directory of an absolute command elsewhere, unless that
+// directory is at or under one of the container's volume mounts: a command an init container
+// copied into an emptyDir runs from the emptyDir and can still exec the image's programs in
+// /usr/local/bin. Volumes are mounted after the image folder. The image folder must hold real
+// files, or links that resolve outside the directories it covers.
 //
 // What it does not do: resource limits, security contexts (every process runs as the node's
 // user), sidecar (restartable) init containers, ephemeral containers, lifecycle hooks, gRPC

@@ -242,6 +242,79 @@ echo "projected=$(ls /var/run/secrets/api | tr '\n' ' ')ns=$(cat /var/run/secret
 	}
 }
 
+// TestCommandFromAnEmptyDir runs the shape of a wrapper that an init container installs: the
+// init container copies a program out of its image into an emptyDir, and the main container
+// runs it from there while its own image's /usr/local/bin stays visible (the wrapper execs a
+// program of the image). A bind of the image folder at the command's directory would be
+// hidden by the emptyDir mounted there.
+func TestCommandFromAnEmptyDir(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	root := t.TempDir()
+	tool, app := filepath.Join(root, "tool"), filepath.Join(root, "app")
+	files := map[string]string{
+		filepath.Join(tool, "wrapper"): "#!/bin/sh\necho \"wrapper $0 $*\"\nexec /usr/local/bin/hello \"$@\"\n",
+		filepath.Join(app, "hello"):    "#!/bin/sh\necho \"hello $* from the image; /usr/local/bin holds $(ls /usr/local/bin | tr '\\n' ' ')\"\n",
+	}
+	for path, content := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/bin/sh", filepath.Join(tool, "sh")); err != nil {
+		t.Fatal(err)
+	}
+	const toolImage, appImage = "local/tool:1", "local/app:1"
+	n := startNode(t, ns, func(c *Config) {
+		c.Images = func(image string) (string, error) {
+			switch image {
+			case toolImage:
+				return tool, nil
+			case appImage:
+				return app, nil
+			}
+			return resolveImage(image)
+		}
+	})
+	guard := []corev1.VolumeMount{{Name: "guard", MountPath: "/guard"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrapped"},
+		Spec: corev1.PodSpec{
+			NodeName:                      ns,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(int64(5)),
+			Volumes:                       []corev1.Volume{{Name: "guard", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			InitContainers: []corev1.Container{{
+				Name:         "install",
+				Image:        toolImage,
+				Command:      []string{shell, "-c", "cp /usr/local/bin/wrapper /guard/wrapper"},
+				VolumeMounts: guard,
+			}},
+			Containers: []corev1.Container{{
+				Name:         "main",
+				Image:        appImage,
+				Command:      []string{"/guard/wrapper", "arg"},
+				VolumeMounts: guard,
+			}},
+		},
+	}
+	createPod(t, pod)
+	p := waitPod(t, ns, "wrapped", 30*time.Second, func(p *corev1.Pod) (bool, string) {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, "want Succeeded"
+	})
+	log := readLog(n, ns, "wrapped", "main")
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s; containers %s; main's log:\n%s\ninstall's log:\n%s", p.Status.Phase, containersString(p), log, readLog(n, ns, "wrapped", "install"))
+	}
+	want := "wrapper /guard/wrapper arg\nhello arg from the image; /usr/local/bin holds hello \n"
+	if log != want {
+		t.Errorf("log:\n%s\nwant:\n%s", log, want)
+	}
+}
+
 func TestGracefulDeletion(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
