@@ -52,7 +52,8 @@ type Options struct {
 	Operator bool
 	// Binaries locates the Kubernetes and etcd builds and the repository (for the CRDs).
 	Binaries Binaries
-	// Executable is the etcd-pilot binary: the nodes' shim and the operator.
+	// Executable is the etcd-pilot binary: the nodes' shim, the operator, and the only file of
+	// the operator's image (see InstallOperatorImage).
 	Executable string
 	// Names is the name view every process of the cluster resolves through.
 	Names NameView
@@ -200,7 +201,11 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 	nodesCtx, nodesStop := context.WithCancel(context.Background())
 	c.nodesStop = nodesStop
 	ips := node.NewIPAllocator(prefix)
-	images := WithOverrides(filepath.Join(c.opts.Dir, ImageOverridesFile), EtcdImages(c.opts.Binaries.EtcdRoot))
+	operatorDir, err := InstallOperatorImage(c.opts.Dir, c.opts.Executable)
+	if err != nil {
+		return err
+	}
+	images := WithOverrides(filepath.Join(c.opts.Dir, ImageOverridesFile), Images(c.opts.Binaries.EtcdRoot, operatorDir))
 	for i := range c.opts.Nodes {
 		name := fmt.Sprintf("local-node-%d", i+1)
 		log, err := c.fileLogger(filepath.Join(c.opts.Dir, "logs", name+".log"))
