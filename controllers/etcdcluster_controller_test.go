@@ -466,11 +466,11 @@ func TestChartValuesTheChartRefusesAreReported(t *testing.T) {
 		return nil
 	})
 	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
-		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"replicas":0,"podDisruptionBudget":{"enabled":false}}`)}
+		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"terminationGracePeriodSeconds":0,"podDisruptionBudget":{"enabled":false}}`)}
 	})
 	c := waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonInvalidSpec)
 	msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded).Message
-	if !contains(msg, "spec.chart.values") || !contains(msg, "replicas") {
+	if !contains(msg, "spec.chart.values") || !contains(msg, "terminationGracePeriodSeconds") {
 		t.Fatalf("the condition does not say what to fix: %q", msg)
 	}
 	if c.Status.ObservedGeneration == c.Generation {

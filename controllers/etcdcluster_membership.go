@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -92,6 +93,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	if err := r.stampClaims(ctx, c, mo); err != nil {
 		return a, err
 	}
+	a = plan.Gate(a, mo.Evidence())
 	return a, r.act(ctx, c, t, mo, a)
 }
 

@@ -138,3 +138,11 @@ const (
 	// ReasonVersionRefused : spec.version is below the cluster version etcd runs.
 	ReasonVersionRefused = "VersionRefused"
 )
+
+// Safety gate reasons.
+const (
+	// ReasonStepRefused : the safety gate refused the step a planner proposed, because it
+	// breaks a named invariant given what etcd reported in this pass; the operator waits and
+	// looks again (the message names the invariant and the members concerned).
+	ReasonStepRefused = "StepRefused"
+)

@@ -62,6 +62,9 @@ type Observation struct {
 	Etcd *etcd.Observed
 	// SplitBrain is true when members disagree on the cluster ID: nothing is done.
 	SplitBrain bool
+	// Founders is the size of the founding member list recorded at the first render (0 when
+	// none is recorded): until the cluster forms, the StatefulSet runs exactly these.
+	Founders int32
 	// Bootstrapped is true when the cluster has formed before (status.clusterID was set). It
 	// only chooses between Bootstrapping and a failure reason when the operator must wait.
 	Bootstrapped bool
@@ -294,23 +297,13 @@ func (v *memberView) answering(id uint64) bool {
 	return ok && v.leader != 0 && st.Leader == v.leader
 }
 
-// dataGone says why a started member's data is gone, if it is: its claim is missing, being
-// deleted, or newer than the member. Such a member may still answer (it restarted empty and
-// got a snapshot) but must not vote: it may have acknowledged writes it no longer holds.
+// dataGone says why a started voting member's data is gone, if it is (see plan.DataGone).
 func (v *memberView) dataGone(m etcd.Member) (string, bool) {
 	if m.Name == "" || m.IsLearner {
 		return "", false
 	}
 	p, ok := v.pods[v.ordOf[m.ID]]
-	switch {
-	case !ok || !p.PVCExists:
-		return "its volume claim is gone", true
-	case p.PVCDeleting:
-		return "its volume claim is being deleted", true
-	case p.PVCFresh:
-		return "its volume claim was re-created after it had started, so its data is gone", true
-	}
-	return "", false
+	return plan.DataGone(p, ok)
 }
 
 // healthy: started, answering, data in place.
@@ -796,4 +789,13 @@ func (v *memberView) record(op intentOp, k int32, id uint64, claimUID, reason, m
 
 func wait(reason, msg string) membershipAction {
 	return membershipAction{Kind: actWait, Reason: reason, Message: msg}
+}
+
+// Evidence is what the safety gate reads of the observation.
+func (o Observation) Evidence() plan.Evidence {
+	return plan.Evidence{
+		Etcd: o.Etcd, SplitBrain: o.SplitBrain, StatefulSet: o.StatefulSet, StsReplicas: o.StsReplicas,
+		Desired: o.Desired, Formed: o.Bootstrapped, Founders: o.Founders, Pods: o.Pods, PeerURL: o.PeerURL,
+		MaxLag: o.LearnerMaxLag,
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
 // The fixture: a StatefulSet "etc" whose member of ordinal k has ID mdID(k), a claim
@@ -905,7 +906,8 @@ func (w *simWorld) converged() bool {
 func (w *simWorld) run(limit int, rng *rand.Rand, drop float64) int {
 	w.t.Helper()
 	for step := 1; step <= limit; step++ {
-		a := Decide(w.observe())
+		o := w.observe()
+		a := plan.Gate(Decide(o), o.Evidence())
 		dropped := rng != nil && a.Kind != actWait && a.Kind != actNone && rng.Float64() < drop
 		w.log = append(w.log, fmt.Sprintf("%3d %-16s %-6s %x r=%d force=%v %-14s dropped=%v %s", step, a.Kind, a.Member, a.ID, a.Replicas, a.Force, a.Reason, dropped, a.Message))
 		if a.Kind == actNone {

@@ -1,0 +1,437 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// Evidence is what the safety gate reads: etcd's member list and each member's status as read
+// from etcd in this pass, and the Kubernetes objects of every ordinal. The caller must
+// guarantee that Etcd was read in this pass (nil when no member answered with a member list)
+// and that Pods lists every ordinal with a pod or a claim, from the same pass.
+type Evidence struct {
+	// Etcd is etcd's member list and the status of each member that answered.
+	Etcd *etcd.Observed
+	// SplitBrain is true when members report different cluster IDs.
+	SplitBrain bool
+	// StatefulSet is the StatefulSet's name; pod names are "<StatefulSet>-<ordinal>".
+	StatefulSet string
+	// StsReplicas is the StatefulSet's .spec.replicas now.
+	StsReplicas int32
+	// Desired is spec.replicas.
+	Desired int32
+	// Formed is true once the cluster has formed (etcd answered with a member list before).
+	Formed bool
+	// Founders is the size of the founding member list recorded at the first render; 0 when
+	// none is recorded.
+	Founders int32
+	// Pods describes every ordinal with a pod or a claim.
+	Pods []Pod
+	// PeerURL returns the peer URL a pod advertises, from its name.
+	PeerURL func(podName string) string
+	// MaxLag is how far (raft entries) a member may trail the leader and count as caught up.
+	MaxLag uint64
+}
+
+// Invariant is one named rule of the safety gate. Check returns why step s breaks the rule
+// given the evidence, or "" when it holds.
+type Invariant struct {
+	Name  string
+	Check func(s Step, v *evidenceView) string
+}
+
+// Refusal is the gate's answer to a step that breaks an invariant.
+type Refusal struct {
+	Invariant string
+	Why       string
+}
+
+func (r *Refusal) Error() string { return r.Invariant + ": " + r.Why }
+
+// Invariants is the safety gate: every step a planner proposes passes every rule here before
+// the executor runs it. The README lists them.
+var Invariants = []Invariant{
+	{"OneClusterID", oneClusterID},
+	{"EtcdIsTheTruth", etcdIsTheTruth},
+	{"VotersUpBeforeDisruption", votersUpBeforeDisruption},
+	{"NoHealthyVoterRemoved", noHealthyVoterRemoved},
+	{"OneLearner", oneLearner},
+	{"PromoteOnlyCaughtUpLearners", promoteCaughtUp},
+	{"LeaderMovesToAHealthyVoter", leaderTarget},
+	{"ClaimsOnlyOfNonVoters", claimsOnlyOfNonVoters},
+	{"FoundersFixedUntilFormed", foundersFixed},
+	{"ScaleDownOnlyPodsWithoutVoters", scaleDownOnlyNonVoters},
+}
+
+// Check passes s through every invariant and returns the first refusal, or nil. Waits, None
+// and the intent bookkeeping (which changes nothing in etcd or in the pods) always pass.
+func Check(s Step, e Evidence) *Refusal {
+	switch s.Kind {
+	case None, Wait, RecordIntent, ClearIntent, "":
+		return nil
+	}
+	v := newEvidenceView(e)
+	for _, inv := range Invariants {
+		if why := inv.Check(s, v); why != "" {
+			return &Refusal{Invariant: inv.Name, Why: why}
+		}
+	}
+	return nil
+}
+
+// Gate returns s when it passes the gate, else a wait that names the broken invariant.
+func Gate(s Step, e Evidence) Step {
+	r := Check(s, e)
+	if r == nil {
+		return s
+	}
+	return Step{Kind: Wait, Member: s.Member, Reason: v1alpha1.ReasonStepRefused,
+		Message: fmt.Sprintf("the safety gate refused %s %s (%s): %s", s.Kind, s.Member, r.Invariant, r.Why)}
+}
+
+// evidenceView indexes Evidence once per check.
+type evidenceView struct {
+	e        Evidence
+	leader   uint64
+	pods     map[string]Pod           // by pod name
+	podOf    map[uint64]string        // member ID -> pod name
+	memberAt map[string]etcd.Member   // pod name -> member
+	status   map[uint64]etcd.MemberStatus
+	voters   []etcd.Member
+	learners []etcd.Member
+}
+
+func newEvidenceView(e Evidence) *evidenceView {
+	v := &evidenceView{e: e, pods: map[string]Pod{}, podOf: map[uint64]string{}, memberAt: map[string]etcd.Member{}}
+	for _, p := range e.Pods {
+		v.pods[p.Name] = p
+	}
+	if e.Etcd == nil {
+		return v
+	}
+	v.leader = e.Etcd.Leader()
+	v.status = e.Etcd.Status
+	for _, m := range e.Etcd.Cluster.Members {
+		name := m.Name
+		if name == "" && e.PeerURL != nil {
+			name = v.podByPeerURL(m)
+		}
+		if name != "" {
+			v.podOf[m.ID], v.memberAt[name] = name, m
+		}
+		if m.IsLearner {
+			v.learners = append(v.learners, m)
+		} else {
+			v.voters = append(v.voters, m)
+		}
+	}
+	return v
+}
+
+// podByPeerURL finds the pod of a member that has not started (and so has no name) by its
+// peer URL, among the ordinals the evidence knows and those up to the StatefulSet's size.
+func (v *evidenceView) podByPeerURL(m etcd.Member) string {
+	limit := max(v.e.StsReplicas, v.e.Desired)
+	for _, p := range v.e.Pods {
+		limit = max(limit, p.Ordinal+1)
+	}
+	limit += int32(len(v.e.Etcd.Cluster.Members))
+	for k := int32(0); k < limit; k++ {
+		name := v.e.StatefulSet + "-" + strconv.Itoa(int(k))
+		u := v.e.PeerURL(name)
+		for _, p := range m.PeerURLs {
+			if p == u {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+func (v *evidenceView) member(id uint64) (etcd.Member, bool) {
+	if v.e.Etcd == nil {
+		return etcd.Member{}, false
+	}
+	for _, m := range v.e.Etcd.Cluster.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return etcd.Member{}, false
+}
+
+func (v *evidenceView) name(m etcd.Member) string {
+	if n := v.podOf[m.ID]; n != "" {
+		return n
+	}
+	return NameOr(m)
+}
+
+// problem says why member m is not up, healthy and caught up, or "" when it is.
+func (v *evidenceView) problem(m etcd.Member) string {
+	st, ok := v.status[m.ID]
+	switch {
+	case m.Name == "":
+		return "it has not started"
+	case !ok:
+		return "it does not answer"
+	case v.leader == 0 || st.Leader != v.leader:
+		return "it does not follow the leader"
+	case len(MemberErrors(st)) > 0:
+		return "it reports " + strings.Join(MemberErrors(st), ", ")
+	}
+	if why, gone := v.dataGone(m); gone {
+		return why
+	}
+	if ls, ok := v.status[v.leader]; ok && ls.RaftIndex > st.RaftIndex+v.e.MaxLag {
+		return fmt.Sprintf("it trails the leader by %d raft entries", ls.RaftIndex-st.RaftIndex)
+	}
+	return ""
+}
+
+// answering reports whether m answered and follows the leader (it serves, whatever its data).
+func (v *evidenceView) answering(m etcd.Member) bool {
+	st, ok := v.status[m.ID]
+	return ok && v.leader != 0 && st.Leader == v.leader
+}
+
+func (v *evidenceView) dataGone(m etcd.Member) (string, bool) {
+	if m.Name == "" || m.IsLearner {
+		return "", false
+	}
+	p, ok := v.pods[v.podOf[m.ID]]
+	return DataGone(p, ok)
+}
+
+// DataGone says why the data of a started voting member whose ordinal has evidence p (ok false
+// when the ordinal has neither pod nor claim) is gone, if it is: its claim (or, for emptyDir
+// storage, its pod) is missing, being deleted, or newer than the member. Such a member may
+// still answer (it restarted empty and got a snapshot) but must not vote: it may have
+// acknowledged writes it no longer holds.
+func DataGone(p Pod, ok bool) (string, bool) {
+	switch {
+	case (!ok || !p.PVCExists) && p.Ephemeral:
+		return "its pod is gone, and its emptyDir data with it", true
+	case !ok || !p.PVCExists:
+		return "its volume claim is gone", true
+	case p.PVCDeleting && p.Ephemeral:
+		return "its pod is being deleted, and its emptyDir data with it", true
+	case p.PVCDeleting:
+		return "its volume claim is being deleted", true
+	case p.PVCFresh && p.Ephemeral:
+		return "its pod was re-created after it had started, so its emptyDir data is gone", true
+	case p.PVCFresh:
+		return "its volume claim was re-created after it had started, so its data is gone", true
+	}
+	return "", false
+}
+
+// healthyVoters counts the voters that are up, healthy and caught up, leaving out skip.
+func (v *evidenceView) healthyVoters(skip uint64) (n int32, sick []string) {
+	for _, m := range v.voters {
+		if m.ID == skip {
+			continue
+		}
+		if why := v.problem(m); why != "" {
+			sick = append(sick, v.name(m)+": "+why)
+			continue
+		}
+		n++
+	}
+	sort.Strings(sick)
+	return n, sick
+}
+
+// changesCluster: steps that touch etcd or the member pods and claims.
+func changesCluster(s Step) bool {
+	switch s.Kind {
+	case None, Wait, RecordIntent, ClearIntent:
+		return false
+	}
+	return true
+}
+
+func oneClusterID(s Step, v *evidenceView) string {
+	if v.e.SplitBrain && changesCluster(s) {
+		return "members report different cluster IDs"
+	}
+	return ""
+}
+
+// etcdIsTheTruth: every step but the first formation's StatefulSet size needs etcd's member
+// list and a leader from this pass; without them no step can know which members vote.
+func etcdIsTheTruth(s Step, v *evidenceView) string {
+	if s.Kind == ScaleStatefulSet && !v.e.Formed {
+		return "" // FoundersFixedUntilFormed decides
+	}
+	switch {
+	case v.e.Etcd == nil:
+		return "etcd did not answer with a member list in this pass"
+	case v.leader == 0:
+		return "no leader is known"
+	}
+	return ""
+}
+
+// disrupted is the voting member a step takes down, if any: the member of a deleted pod, a
+// removed member.
+func (v *evidenceView) disrupted(s Step) (etcd.Member, bool) {
+	switch s.Kind {
+	case DeletePod:
+		m, ok := v.memberAt[s.Member]
+		return m, ok && !m.IsLearner
+	case RemoveMember:
+		m, ok := v.member(s.ID)
+		return m, ok && !m.IsLearner
+	}
+	return etcd.Member{}, false
+}
+
+// votersUpBeforeDisruption: a step that takes a voting member down runs only if every other
+// voting member in etcd's member list is up, healthy and caught up (counted from etcd's list,
+// not from the pods that exist). A member that is down already (it does not answer) may be
+// restarted or removed when the voters that are up still make a quorum afterwards.
+func votersUpBeforeDisruption(s Step, v *evidenceView) string {
+	m, ok := v.disrupted(s)
+	if !ok {
+		return ""
+	}
+	healthy, sick := v.healthyVoters(m.ID)
+	if v.answering(m) {
+		if len(sick) > 0 {
+			return fmt.Sprintf("it takes voting member %s down while other voting members are not up, healthy and caught up: %s",
+				v.name(m), strings.Join(sick, "; "))
+		}
+		return ""
+	}
+	after := int32(len(v.voters))
+	if s.Kind == RemoveMember {
+		after--
+	}
+	if after < 1 {
+		return fmt.Sprintf("removing %s would leave no voting member", v.name(m))
+	}
+	if healthy < Quorum(after) {
+		return fmt.Sprintf("%s is down, and only %d of the other voting members are up, healthy and caught up, quorum of %d needs %d (%s)",
+			v.name(m), healthy, after, Quorum(after), strings.Join(sick, "; "))
+	}
+	return ""
+}
+
+// noHealthyVoterRemoved: a healthy voting member with its data is removed only by a scale-in
+// of a cluster with more voting members than spec.replicas; it is never replaced.
+func noHealthyVoterRemoved(s Step, v *evidenceView) string {
+	if s.Kind != RemoveMember {
+		return ""
+	}
+	m, ok := v.member(s.ID)
+	if !ok || m.IsLearner || v.problem(m) != "" {
+		return ""
+	}
+	if s.Reason == v1alpha1.ReasonScaleIn && int32(len(v.voters)) > v.e.Desired {
+		return ""
+	}
+	return fmt.Sprintf("%s is a healthy voting member with its data (%d voting members, spec.replicas %d)", v.name(m), len(v.voters), v.e.Desired)
+}
+
+// oneLearner: at most one learner at a time.
+func oneLearner(s Step, v *evidenceView) string {
+	if s.Kind == AddLearner && len(v.learners) > 0 {
+		return fmt.Sprintf("learner %s exists", v.name(v.learners[0]))
+	}
+	return ""
+}
+
+// promoteCaughtUp: a learner becomes a voter only when it started, answers and caught up.
+func promoteCaughtUp(s Step, v *evidenceView) string {
+	if s.Kind != PromoteLearner {
+		return ""
+	}
+	m, ok := v.member(s.ID)
+	if !ok || !m.IsLearner {
+		return fmt.Sprintf("%s is not a learner in etcd's member list", etcd.FormatID(s.ID))
+	}
+	if why := v.problem(m); why != "" {
+		return fmt.Sprintf("learner %s: %s", v.name(m), why)
+	}
+	return ""
+}
+
+// leaderTarget: leadership moves from the leader to a voting member that is up, healthy and
+// caught up.
+func leaderTarget(s Step, v *evidenceView) string {
+	if s.Kind != MoveLeader {
+		return ""
+	}
+	if s.ID != v.leader {
+		return fmt.Sprintf("%s does not lead (the leader is %s)", etcd.FormatID(s.ID), etcd.FormatID(v.leader))
+	}
+	t, ok := v.member(s.Target)
+	if !ok || t.IsLearner {
+		return fmt.Sprintf("the transferee %s is not a voting member", etcd.FormatID(s.Target))
+	}
+	if why := v.problem(t); why != "" {
+		return fmt.Sprintf("the transferee %s: %s", v.name(t), why)
+	}
+	return ""
+}
+
+// claimsOnlyOfNonVoters: a claim is deleted only when it exists (emptyDir storage has none)
+// and no voting member is the pod's member.
+func claimsOnlyOfNonVoters(s Step, v *evidenceView) string {
+	if s.Kind != DeletePVC {
+		return ""
+	}
+	p, ok := v.pods[s.Member]
+	switch {
+	case ok && p.Ephemeral:
+		return fmt.Sprintf("%s keeps its data in an emptyDir: there is no claim to delete", s.Member)
+	case !ok || !p.PVCExists:
+		return fmt.Sprintf("%s has no volume claim", s.Member)
+	}
+	if m, ok := v.memberAt[s.Member]; ok && !m.IsLearner {
+		return fmt.Sprintf("the claim holds the data of voting member %s", v.name(m))
+	}
+	return ""
+}
+
+// foundersFixed: until the cluster has formed, the StatefulSet runs exactly the founding
+// members recorded at the first render; a replicas change waits for formation.
+func foundersFixed(s Step, v *evidenceView) string {
+	if s.Kind != ScaleStatefulSet || v.e.Formed {
+		return ""
+	}
+	if v.e.Founders > 0 && s.Replicas != v.e.Founders {
+		return fmt.Sprintf("the cluster has not formed yet: the StatefulSet keeps the %d founding members (asked for %d)", v.e.Founders, s.Replicas)
+	}
+	return ""
+}
+
+// scaleDownOnlyNonVoters: shrinking the StatefulSet deletes the pods above the new size; none
+// of them may be a voting member's.
+func scaleDownOnlyNonVoters(s Step, v *evidenceView) string {
+	if s.Kind != ScaleStatefulSet || !v.e.Formed || s.Replicas >= v.e.StsReplicas {
+		return ""
+	}
+	var voters []string
+	for _, m := range v.voters {
+		name := v.podOf[m.ID]
+		rest, ok := strings.CutPrefix(name, v.e.StatefulSet+"-")
+		if !ok {
+			continue
+		}
+		if k, err := strconv.Atoi(rest); err == nil && int32(k) >= s.Replicas {
+			voters = append(voters, name)
+		}
+	}
+	if len(voters) > 0 {
+		sort.Strings(voters)
+		return fmt.Sprintf("shrinking to %d replicas would delete the pods of voting members %s", s.Replicas, strings.Join(voters, ", "))
+	}
+	return ""
+}

@@ -1,0 +1,186 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// The fixture: StatefulSet "etc"; ordinal k is member ID 0x100+k, on claim "uid-k", up and
+// at raft index 1000, led by etc-0.
+
+func gID(k int32) uint64          { return 0x100 + uint64(k) }
+func gName(k int32) string        { return fmt.Sprintf("etc-%d", k) }
+func gPeerURL(name string) string { return "http://" + name + ".etc.ns.svc:2380" }
+
+type gFix struct{ e Evidence }
+
+func gCluster(n int32) *gFix {
+	f := &gFix{e: Evidence{StatefulSet: "etc", StsReplicas: n, Desired: n, Formed: true, PeerURL: gPeerURL, MaxLag: 100,
+		Etcd: &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}}}
+	for k := int32(0); k < n; k++ {
+		f.member(k, false)
+		f.e.Pods = append(f.e.Pods, Pod{Name: gName(k), Ordinal: k, Exists: true, Running: true, Ready: true, NodeReady: true,
+			PVCExists: true, PVCUID: fmt.Sprintf("uid-%d", k)})
+	}
+	return f
+}
+
+func (f *gFix) member(k int32, learner bool) *gFix {
+	f.e.Etcd.Cluster.Members = append(f.e.Etcd.Cluster.Members, etcd.Member{ID: gID(k), Name: gName(k),
+		PeerURLs: []string{gPeerURL(gName(k))}, ClientURLs: []string{"http://" + gName(k) + ":2379"}, IsLearner: learner})
+	f.e.Etcd.Status[gID(k)] = etcd.MemberStatus{ID: gID(k), Leader: gID(0), RaftIndex: 1000, IsLearner: learner}
+	return f
+}
+
+func (f *gFix) down(k int32) *gFix {
+	delete(f.e.Etcd.Status, gID(k))
+	f.e.Etcd.StatusErr[gID(k)] = errors.New("connection refused")
+	return f
+}
+
+func (f *gFix) lag(k int32, n uint64) *gFix {
+	st := f.e.Etcd.Status[gID(k)]
+	st.RaftIndex = 1000 - n
+	f.e.Etcd.Status[gID(k)] = st
+	return f
+}
+
+func (f *gFix) pod(k int32, edit func(p *Pod)) *gFix {
+	for i := range f.e.Pods {
+		if f.e.Pods[i].Ordinal == k {
+			edit(&f.e.Pods[i])
+			return f
+		}
+	}
+	p := Pod{Name: gName(k), Ordinal: k, NodeReady: true}
+	edit(&p)
+	f.e.Pods = append(f.e.Pods, p)
+	return f
+}
+
+func (f *gFix) noPod(k int32) *gFix {
+	return f.pod(k, func(p *Pod) { p.Exists, p.Running, p.Ready = false, false, false })
+}
+
+func (f *gFix) with(edit func(e *Evidence)) *gFix { edit(&f.e); return f }
+
+func TestGate(t *testing.T) {
+	del := func(k int32) Step { return Step{Kind: DeletePod, Member: gName(k), Reason: v1alpha1.ReasonRollingOut} }
+	remove := func(k int32, reason string) Step {
+		return Step{Kind: RemoveMember, Member: gName(k), ID: gID(k), Reason: reason}
+	}
+	tests := []struct {
+		name      string
+		fix       *gFix
+		step      Step
+		invariant string // "" when the step passes
+		why       string // a part of the refusal
+	}{
+		{"waits always pass", gCluster(3).with(func(e *Evidence) { e.SplitBrain = true }), Step{Kind: Wait}, "", ""},
+		{"intents always pass", gCluster(3).with(func(e *Evidence) { e.Etcd = nil }), Step{Kind: RecordIntent}, "", ""},
+		{"nothing during a split brain", gCluster(3).with(func(e *Evidence) { e.SplitBrain = true }), del(2), "OneClusterID", "cluster IDs"},
+		{"nothing without etcd's member list", gCluster(3).with(func(e *Evidence) { e.Etcd = nil }), del(2), "EtcdIsTheTruth", "did not answer"},
+		{"nothing without a leader", gCluster(3).with(func(e *Evidence) {
+			for id, st := range e.Etcd.Status {
+				st.Leader = 0
+				e.Etcd.Status[id] = st
+			}
+		}), Step{Kind: AddLearner, Member: "etc-3"}, "EtcdIsTheTruth", "no leader"},
+
+		// Path 1: a rollout must not restart a second member while one is missing.
+		{"restart a follower of a healthy cluster", gCluster(3), del(2), "", ""},
+		{"restart while a voter's pod was not re-created", gCluster(3).down(2).noPod(2), del(1), "VotersUpBeforeDisruption", "etc-2: it does not answer"},
+		{"restart while a voter lags", gCluster(3).lag(2, 500), del(1), "VotersUpBeforeDisruption", "trails the leader by 500"},
+		{"restart while a voter reports an alarm", gCluster(3).with(func(e *Evidence) {
+			st := e.Etcd.Status[gID(2)]
+			st.Errors = []string{"NOSPACE"}
+			e.Etcd.Status[gID(2)] = st
+		}), del(1), "VotersUpBeforeDisruption", "NOSPACE"},
+		{"restart while a voter's data is gone", gCluster(3).pod(2, func(p *Pod) { p.PVCFresh = true }), del(1), "VotersUpBeforeDisruption", "re-created"},
+		{"an election in progress is no alarm", gCluster(3).with(func(e *Evidence) {
+			st := e.Etcd.Status[gID(2)]
+			st.Errors = []string{NoLeaderError}
+			e.Etcd.Status[gID(2)] = st
+		}), del(1), "", ""},
+		{"restart a member that is down anyway", gCluster(3).down(2), del(2), "", ""},
+		{"restart a down member when a second is down", gCluster(3).down(1).down(2), del(2), "VotersUpBeforeDisruption", "quorum of 3 needs 2"},
+		{"restart the only member", gCluster(1), del(0), "", ""},
+		{"delete the pod of a learner", gCluster(3).member(3, true).down(1), del(3), "", ""},
+
+		{"remove a lost member, the rest healthy", gCluster(3).down(2), remove(2, v1alpha1.ReasonReplaceMember), "", ""},
+		{"remove a lost member of five with two lost", gCluster(5).down(3).down(4), remove(4, v1alpha1.ReasonReplaceMember), "", ""},
+		{"remove a lost member when quorum would not remain", gCluster(3).down(1).down(2), remove(2, v1alpha1.ReasonReplaceMember), "VotersUpBeforeDisruption", "needs 2"},
+		{"remove the last member", gCluster(1).down(0), remove(0, v1alpha1.ReasonReplaceMember), "EtcdIsTheTruth", "no leader"},
+		{"replace a healthy voter", gCluster(3), remove(2, v1alpha1.ReasonReplaceMember), "NoHealthyVoterRemoved", "healthy voting member"},
+		{"scale in a healthy voter", gCluster(3).with(func(e *Evidence) { e.Desired = 1 }), remove(2, v1alpha1.ReasonScaleIn), "", ""},
+		{"scale in at the wanted size", gCluster(3), remove(2, v1alpha1.ReasonScaleIn), "NoHealthyVoterRemoved", "spec.replicas 3"},
+		{"scale in while another voter is down", gCluster(3).down(1).with(func(e *Evidence) { e.Desired = 1 }), remove(2, v1alpha1.ReasonScaleIn),
+			"VotersUpBeforeDisruption", "etc-1"},
+		{"replace a voter whose claim is gone", gCluster(3).pod(2, func(p *Pod) { p.PVCExists = false }), remove(2, v1alpha1.ReasonReplaceMember), "", ""},
+		{"remove a learner", gCluster(3).member(3, true), remove(3, v1alpha1.ReasonScaleIn), "", ""},
+
+		{"add a learner", gCluster(3), Step{Kind: AddLearner, Member: "etc-3", PeerURL: gPeerURL("etc-3")}, "", ""},
+		{"add a second learner", gCluster(3).member(3, true), Step{Kind: AddLearner, Member: "etc-4"}, "OneLearner", "etc-3"},
+		{"promote a caught-up learner", gCluster(3).member(3, true), Step{Kind: PromoteLearner, ID: gID(3)}, "", ""},
+		{"promote a lagging learner", gCluster(3).member(3, true).lag(3, 500), Step{Kind: PromoteLearner, ID: gID(3)}, "PromoteOnlyCaughtUpLearners", "trails"},
+		{"promote a silent learner", gCluster(3).member(3, true).down(3), Step{Kind: PromoteLearner, ID: gID(3)}, "PromoteOnlyCaughtUpLearners", "does not answer"},
+		{"promote a voter", gCluster(3), Step{Kind: PromoteLearner, ID: gID(2)}, "PromoteOnlyCaughtUpLearners", "not a learner"},
+
+		{"move leadership to a healthy voter", gCluster(3), Step{Kind: MoveLeader, ID: gID(0), Target: gID(1)}, "", ""},
+		{"move leadership to a lagging voter", gCluster(3).lag(1, 500), Step{Kind: MoveLeader, ID: gID(0), Target: gID(1)}, "LeaderMovesToAHealthyVoter", "trails"},
+		{"move leadership to a learner", gCluster(3).member(3, true), Step{Kind: MoveLeader, ID: gID(0), Target: gID(3)}, "LeaderMovesToAHealthyVoter", "not a voting member"},
+		{"move leadership from a follower", gCluster(3), Step{Kind: MoveLeader, ID: gID(1), Target: gID(2)}, "LeaderMovesToAHealthyVoter", "does not lead"},
+
+		// Path 3: no claim to delete under emptyDir storage, and never a voter's.
+		{"delete a learner's claim", gCluster(3).member(3, true).pod(3, func(p *Pod) { p.Exists, p.PVCExists = true, true }),
+			Step{Kind: DeletePVC, Member: "etc-3"}, "", ""},
+		{"delete a voter's claim", gCluster(3), Step{Kind: DeletePVC, Member: "etc-2"}, "ClaimsOnlyOfNonVoters", "voting member etc-2"},
+		{"delete a claim that does not exist", gCluster(3).member(3, true), Step{Kind: DeletePVC, Member: "etc-3"}, "ClaimsOnlyOfNonVoters", "no volume claim"},
+		{"delete a claim under emptyDir storage", gCluster(3).member(3, true).pod(3, func(p *Pod) { p.Exists, p.PVCExists, p.Ephemeral = true, true, true }),
+			Step{Kind: DeletePVC, Member: "etc-3"}, "ClaimsOnlyOfNonVoters", "emptyDir"},
+		{"delete the claim of an unstarted voter found by peer URL", gCluster(3).with(func(e *Evidence) {
+			e.Etcd.Cluster.Members[2].Name = ""
+		}), Step{Kind: DeletePVC, Member: "etc-2"}, "ClaimsOnlyOfNonVoters", "voting member etc-2"},
+
+		// Path 4: the founders are fixed until the cluster forms.
+		{"size the StatefulSet to the founders", gCluster(3).with(func(e *Evidence) { e.Formed, e.Etcd, e.Founders, e.Desired = false, nil, 3, 5 }),
+			Step{Kind: ScaleStatefulSet, Replicas: 3}, "", ""},
+		{"resize during formation", gCluster(3).with(func(e *Evidence) { e.Formed, e.Etcd, e.Founders, e.Desired = false, nil, 3, 5 }),
+			Step{Kind: ScaleStatefulSet, Replicas: 5}, "FoundersFixedUntilFormed", "3 founding members"},
+		{"shrink below a voter", gCluster(3), Step{Kind: ScaleStatefulSet, Replicas: 2}, "ScaleDownOnlyPodsWithoutVoters", "etc-2"},
+		{"shrink above the voters", gCluster(3).with(func(e *Evidence) { e.StsReplicas = 4 }), Step{Kind: ScaleStatefulSet, Replicas: 3}, "", ""},
+		{"grow", gCluster(3), Step{Kind: ScaleStatefulSet, Replicas: 4}, "", ""},
+	}
+	seen := map[string]bool{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Check(tt.step, tt.fix.e)
+			switch {
+			case tt.invariant == "" && r != nil:
+				t.Fatalf("refused: %v", r)
+			case tt.invariant != "" && r == nil:
+				t.Fatalf("passed, want a refusal by %s", tt.invariant)
+			case r != nil && (r.Invariant != tt.invariant || !strings.Contains(r.Why, tt.why)):
+				t.Fatalf("refused by %v, want %s with %q", r, tt.invariant, tt.why)
+			}
+		})
+		seen[tt.invariant] = true
+	}
+	for _, inv := range Invariants {
+		if !seen[inv.Name] {
+			t.Errorf("invariant %s has no refusal in the table", inv.Name)
+		}
+	}
+}
+
+func TestGateTurnsARefusalIntoAWait(t *testing.T) {
+	s := Gate(Step{Kind: DeletePod, Member: "etc-1"}, gCluster(3).down(2).e)
+	if s.Kind != Wait || s.Reason != v1alpha1.ReasonStepRefused || !strings.Contains(s.Message, "VotersUpBeforeDisruption") {
+		t.Fatalf("got %+v", s)
+	}
+}
