@@ -82,6 +82,10 @@ type EtcdClusterReconciler struct {
 
 	once    sync.Once
 	applier *apply.Applier
+
+	// missingSince remembers since when member pods have been missing (see missingPods).
+	missingMu    sync.Mutex
+	missingSince map[string]time.Time
 }
 
 // init fills the defaults; every entry point calls it, so a reconciler built by hand (a

@@ -74,6 +74,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 				MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
 				StepVersion: step, TargetVersion: target,
 				LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
+				Missing: r.missingPods(c, mo),
 			}
 			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
 				ro.MemberTimeout = d.Duration
@@ -545,4 +546,42 @@ func (r *EtcdClusterReconciler) setIntent(ctx context.Context, c *v1alpha1.EtcdC
 // --initial-advertise-peer-urls with $(POD_NAME) substituted.
 func (t topology) peerURL(pod string) string {
 	return strings.ReplaceAll(t.peerURLTemplate, "$(POD_NAME)", pod)
+}
+
+// missingPods returns, for every started member of etcd's list whose pod does not exist, since
+// when this operator process has seen it missing. The memory is the process's own: after a
+// restart a missing pod's wait starts over, which only delays the UpgradeStalled report.
+func (r *EtcdClusterReconciler) missingPods(c *v1alpha1.EtcdCluster, mo membership.Observation) map[string]time.Time {
+	exists := map[string]bool{}
+	for _, p := range mo.Pods {
+		exists[p.Name] = p.Exists
+	}
+	out := map[string]time.Time{}
+	r.missingMu.Lock()
+	defer r.missingMu.Unlock()
+	if r.missingSince == nil {
+		r.missingSince = map[string]time.Time{}
+	}
+	prefix := c.Namespace + "/" + c.Name + "/"
+	seen := map[string]bool{}
+	if mo.Etcd != nil {
+		for _, m := range mo.Etcd.Cluster.Members {
+			if m.Name == "" || exists[m.Name] {
+				continue
+			}
+			key := prefix + m.Name
+			t, ok := r.missingSince[key]
+			if !ok {
+				t = mo.Now
+				r.missingSince[key] = t
+			}
+			out[m.Name], seen[key] = t, true
+		}
+	}
+	for k := range r.missingSince {
+		if strings.HasPrefix(k, prefix) && !seen[k] {
+			delete(r.missingSince, k)
+		}
+	}
+	return out
 }

@@ -52,6 +52,9 @@ type Observation struct {
 	// StepVersion is the version rendered in this pass; TargetVersion is spec.version. They
 	// differ while the cluster passes through an intermediate minor.
 	StepVersion, TargetVersion string
+	// Missing holds, for member pods that do not exist, since when the operator has seen them
+	// missing (zero when unknown).
+	Missing map[string]time.Time
 	// LegacyLogIndex is status.legacyLogIndex; SnapshotCount the members' --snapshot-count.
 	LegacyLogIndex, SnapshotCount uint64
 }
@@ -104,6 +107,35 @@ func Decide(o Observation) plan.Step {
 		if m.Name != "" {
 			members[m.Name] = m
 		}
+	}
+	// Members are counted from etcd's member list, not from the pods that exist: a member
+	// whose pod was not re-created (refused at admission, a quota, a slow informer) is down,
+	// and no other member restarts until it is back.
+	havePod := map[string]bool{}
+	for _, p := range o.Pods {
+		havePod[p.Name] = true
+	}
+	for _, m := range o.Etcd.Cluster.Members {
+		if m.Name == "" || havePod[m.Name] {
+			continue
+		}
+		since := o.Missing[m.Name]
+		d := plan.Since(o.Now, since)
+		if !since.IsZero() && d >= o.MemberTimeout {
+			a := plan.Waiting(v1alpha1.ReasonUpgradeStalled, fmt.Sprintf(
+				"member %s has had no pod for %s (spec.upgrade.memberTimeout %s): the StatefulSet does not re-create it; check the StatefulSet's events "+
+					"for an admission refusal, a ResourceQuota or a policy. The rollout stopped and no other member restarts until %s is back",
+				m.Name, d.Round(time.Second), o.MemberTimeout, m.Name))
+			a.Member = m.Name
+			return a
+		}
+		a := plan.Waiting(v1alpha1.ReasonMemberRestarting, fmt.Sprintf(
+			"member %s has no pod: the StatefulSet has not re-created it yet; no other member restarts until it is back (%s)", m.Name, o.versionText()))
+		a.Member = m.Name
+		if !since.IsZero() {
+			a.RequeueAfter = o.MemberTimeout - d
+		}
+		return a
 	}
 	leaderIndex := o.Etcd.Status[leader].RaftIndex
 	// up: the member answers, reports no alarm and is caught up with the leader.

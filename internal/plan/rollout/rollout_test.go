@@ -181,3 +181,20 @@ func TestRolloutProgress(t *testing.T) {
 		t.Fatalf("between two steps, progress %+v", s)
 	}
 }
+
+// TestMissingPodStopsTheRollout (path 1 of issue 9): the member restarted last has no pod
+// (its new pod was refused at admission, or a quota stops it): the preflight counts members
+// from etcd's member list, so no other member restarts until it is back.
+func TestMissingPodStopsTheRollout(t *testing.T) {
+	o := ro(rolloutCluster(1, 3), "old", "old")
+	a := Decide(o)
+	if a.Kind != plan.Wait || !strings.Contains(a.Message, "e-2") || !strings.Contains(a.Message, "no pod") {
+		t.Fatalf("got %s %s (%s), want a wait naming the missing pod e-2", a.Kind, a.Member, a.Message)
+	}
+	// Also past the member timeout: the rollout stops and says so.
+	o = ro(rolloutCluster(1, 3), "old", "old")
+	o.Missing = map[string]time.Time{"e-2": roNow.Add(-time.Hour)}
+	if a := Decide(o); a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonUpgradeStalled || !strings.Contains(a.Message, "e-2") {
+		t.Fatalf("past the member timeout: got %s %s (%s), want UpgradeStalled", a.Kind, a.Reason, a.Message)
+	}
+}
