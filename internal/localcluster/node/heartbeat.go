@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -160,8 +161,26 @@ func (n *Node) refreshStatus(ctx context.Context, force bool) error {
 }
 
 // syncStatus writes the node's status into node when it differs or force is set or the
-// heartbeat is due.
+// heartbeat is due. The controller-manager writes every new Node at once (the TTL
+// controller's annotation, the node lifecycle controller's taints), so a write based on the
+// Node just created or read may conflict: then the Node is read again and the status
+// computed anew.
 func (n *Node) syncStatus(ctx context.Context, node *corev1.Node, force bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if node == nil {
+			var err error
+			if node, err = n.cfg.Client.CoreV1().Nodes().Get(ctx, n.cfg.Name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("failed to get node %s: %w", n.cfg.Name, err)
+			}
+		}
+		err := n.writeStatus(ctx, node, force)
+		node = nil
+		return err
+	})
+}
+
+// writeStatus is one attempt of syncStatus on node as read.
+func (n *Node) writeStatus(ctx context.Context, node *corev1.Node, force bool) error {
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	want := n.nodeStatus()
 	due := force
