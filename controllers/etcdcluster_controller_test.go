@@ -108,7 +108,13 @@ func markReady(t testing.TB, ns string) {
 		if err := env.Client.Create(context.Background(), pvc); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: sts.Spec.Template.Labels}}
+		// The pods run the revision the StatefulSet's status names (etcd-1 below), so no rollout
+		// starts.
+		labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: "etcd-1"}
+		for k, v := range sts.Spec.Template.Labels {
+			labels[k] = v
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
 		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd"}}
 		if err := env.Client.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)

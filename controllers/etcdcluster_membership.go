@@ -156,23 +156,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 			continue
 		}
 		p := info(k)
-		p.Exists, p.Deleting = true, pod.DeletionTimestamp != nil
-		p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-		p.FailingSince = pod.CreationTimestamp.Time
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodReady {
-				p.Ready = cond.Status == corev1.ConditionTrue
-				if !p.Ready && !cond.LastTransitionTime.IsZero() {
-					p.FailingSince = cond.LastTransitionTime.Time
-				}
-			}
-		}
-		for _, cs := range pod.Status.ContainerStatuses {
-			p.Running = cs.State.Running != nil
-			p.RestartCount = cs.RestartCount
-			p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
-			p.Problem = containerProblem(cs)
-		}
+		podState(p, pod)
 		if pod.Spec.NodeName != "" {
 			node := &corev1.Node{}
 			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
@@ -584,4 +568,45 @@ func (r *EtcdClusterReconciler) missingPods(c *v1alpha1.EtcdCluster, mo membersh
 		}
 	}
 	return out
+}
+
+// EtcdContainer is the name of the etcd container in a member pod. Other containers (a
+// service mesh's proxy, a log shipper, a platform team's sidecar) say nothing about the member.
+const EtcdContainer = "etcd"
+
+// podState fills p from the member pod: existence, readiness, the etcd container's state
+// (found by name, whatever other containers the pod has), the template revision.
+func podState(p *podInfo, pod *corev1.Pod) {
+	p.Exists, p.Deleting, p.UID = true, pod.DeletionTimestamp != nil, string(pod.UID)
+	p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+	p.FailingSince = pod.CreationTimestamp.Time
+	p.Running, p.CrashLooping, p.RestartCount, p.Problem = false, false, 0, ""
+	for _, cond := range pod.Status.Conditions {
+		switch {
+		case cond.Type == corev1.PodReady:
+			p.Ready = cond.Status == corev1.ConditionTrue
+			if !p.Ready && !cond.LastTransitionTime.IsZero() {
+				p.FailingSince = cond.LastTransitionTime.Time
+			}
+		case cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse:
+			p.Problem = strings.TrimSpace(cond.Reason + ": " + cond.Message)
+		}
+	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
+			p.Problem = "init container " + cs.Name + ": " + containerProblem(cs)
+			p.CrashLooping = w.Reason == "CrashLoopBackOff"
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != EtcdContainer {
+			continue
+		}
+		p.Running = cs.State.Running != nil
+		p.RestartCount = cs.RestartCount
+		p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+		if prob := containerProblem(cs); prob != "" || p.Running {
+			p.Problem = prob
+		}
+	}
 }

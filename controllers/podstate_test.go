@@ -1,0 +1,42 @@
+package controllers
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestPodStateReadsTheEtcdContainerByName (path 7 of issue 9): a sidecar listed after the etcd
+// container must not decide whether the member runs, restarts or crash loops.
+func TestPodStateReadsTheEtcdContainerByName(t *testing.T) {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	crashing := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off"}}
+	pod := func(statuses ...corev1.ContainerStatus) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: statuses}}
+	}
+	tests := []struct {
+		name             string
+		pod              *corev1.Pod
+		running, looping bool
+		restarts         int32
+	}{
+		{"etcd runs, a crashing sidecar listed after it", pod(
+			corev1.ContainerStatus{Name: "etcd", State: running, RestartCount: 0},
+			corev1.ContainerStatus{Name: "zz-proxy", State: crashing, RestartCount: 7}), true, false, 0},
+		{"etcd crash loops, a running sidecar listed after it", pod(
+			corev1.ContainerStatus{Name: "etcd", State: crashing, RestartCount: 4},
+			corev1.ContainerStatus{Name: "zz-logs", State: running}), false, true, 4},
+		{"a sidecar listed before etcd", pod(
+			corev1.ContainerStatus{Name: "aa-proxy", State: crashing, RestartCount: 9},
+			corev1.ContainerStatus{Name: "etcd", State: running, RestartCount: 1}), true, false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &podInfo{}
+			podState(p, tt.pod)
+			if p.Running != tt.running || p.CrashLooping != tt.looping || p.RestartCount != tt.restarts {
+				t.Fatalf("running %v crash looping %v restarts %d; want %v %v %d", p.Running, p.CrashLooping, p.RestartCount, tt.running, tt.looping, tt.restarts)
+			}
+		})
+	}
+}
