@@ -98,9 +98,9 @@ func Gate(s Step, e Evidence) Step {
 type evidenceView struct {
 	e        Evidence
 	leader   uint64
-	pods     map[string]Pod           // by pod name
-	podOf    map[uint64]string        // member ID -> pod name
-	memberAt map[string]etcd.Member   // pod name -> member
+	pods     map[string]Pod         // by pod name
+	podOf    map[uint64]string      // member ID -> pod name
+	memberAt map[string]etcd.Member // pod name -> member
 	status   map[uint64]etcd.MemberStatus
 	voters   []etcd.Member
 	learners []etcd.Member
