@@ -76,6 +76,9 @@ type EtcdClusterReconciler struct {
 	DialEtcd etcd.Dialer
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
+	// AfterStep, when set, is called after every step the executor carried out, with the
+	// step's kind. Tests of crash safety use it to stop the operator between two steps.
+	AfterStep func(kind string)
 	// MaxConcurrentReconciles is the number of clusters handled at once (default 4), so one
 	// cluster whose etcd is slow to answer does not hold up the others.
 	MaxConcurrentReconciles int

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,8 +37,9 @@ const (
 	// MembershipFieldOwner is the field manager of the StatefulSet's replicas and of the
 	// membership ConfigMap.
 	MembershipFieldOwner = "etcd-pilot-membership"
-	// FaultAfterEnv names an action kind after which the operator exits (tests of crash
-	// safety only: the end-to-end suite sets it to kill the operator between two steps).
+	// FaultAfterEnv names a step kind after which the operator exits (tests of crash safety
+	// only: the end-to-end suite sets it to kill the operator between two steps). The manager
+	// command turns it into EtcdClusterReconciler.AfterStep; the executor never exits itself.
 	FaultAfterEnv = "ETCD_PILOT_FAULT_AFTER"
 
 	// learnerMaxLag is how far a started learner may trail the leader and be promoted.
@@ -439,15 +439,18 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	case actScaleStatefulSet:
 		err = r.scaleStatefulSet(ctx, c, t, a.Replicas, mo.StsReplicas)
 	case actDeletePVC:
+		// The UID precondition: the claim observed in this pass, never one created since.
+		uid := observedUID(mo, a.Member, true)
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "data-" + a.Member}}
-		err = client.IgnoreNotFound(r.Client.Delete(ctx, pvc))
+		err = ignoreGone(r.Client.Delete(ctx, pvc, client.Preconditions{UID: &uid}))
 	case actDeletePod:
+		uid := observedUID(mo, a.Member, false)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: a.Member}}
-		var opts []client.DeleteOption
+		opts := []client.DeleteOption{client.Preconditions{UID: &uid}}
 		if a.Force {
 			opts = append(opts, client.GracePeriodSeconds(0))
 		}
-		err = client.IgnoreNotFound(r.Client.Delete(ctx, pod, opts...))
+		err = ignoreGone(r.Client.Delete(ctx, pod, opts...))
 	default:
 		err = r.etcdStep(ctx, t, mo, a)
 	}
@@ -458,11 +461,34 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	if a.Kind == actMoveLeader {
 		metricLeaderMoves.WithLabelValues(c.Namespace, c.Name).Inc()
 	}
-	if os.Getenv(FaultAfterEnv) == string(a.Kind) {
-		log.FromContext(ctx).Info("exiting at a fault point", "after", a.Kind)
-		os.Exit(3)
+	if r.AfterStep != nil {
+		r.AfterStep(string(a.Kind))
 	}
 	return nil
+}
+
+// observedUID is the UID of the pod (or, with claim, of the data claim) of member as this
+// pass observed it.
+func observedUID(mo membership.Observation, member string, claim bool) types.UID {
+	for _, p := range mo.Pods {
+		if p.Name != member {
+			continue
+		}
+		if claim {
+			return types.UID(p.PVCUID)
+		}
+		return types.UID(p.UID)
+	}
+	return ""
+}
+
+// ignoreGone treats an object already deleted, or replaced by a new one since the pass
+// observed it (the UID precondition failed), as done: the next pass observes the new one.
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // etcdStep carries out the steps that call etcd.
@@ -508,9 +534,12 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 	return err
 }
 
-// setIntent stores in (or removes the stored intent when nil) on the EtcdCluster.
+// setIntent stores in (or removes the stored intent when nil) on the EtcdCluster, with an
+// optimistic lock: when the object changed since this pass read it (another operator replica
+// during a leader-election hand-over, or a user's edit) the write fails and the next pass
+// decides again from what is stored.
 func (r *EtcdClusterReconciler) setIntent(ctx context.Context, c *v1alpha1.EtcdCluster, in *membershipIntent) error {
-	patch := client.MergeFrom(c.DeepCopy())
+	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}

@@ -104,6 +104,15 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	if kind := os.Getenv(controllers.FaultAfterEnv); kind != "" {
+		// Crash-safety tests only: exit right after the first step of this kind.
+		o.AfterStep = func(k string) {
+			if k == kind {
+				ctrl.Log.Info("exiting at a fault point", "after", k)
+				os.Exit(3)
+			}
+		}
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("failed to load kubeconfig: %w", err)

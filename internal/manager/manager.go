@@ -42,6 +42,8 @@ type Options struct {
 	DialEtcd etcd.Dialer
 	// EtcdTimeout bounds each etcd call (default 3s).
 	EtcdTimeout time.Duration
+	// AfterStep is called after every step the operator carried out (crash-safety tests).
+	AfterStep func(kind string)
 }
 
 // Scheme returns a scheme with the built-in kinds and etcd-pilot's.
@@ -110,6 +112,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
 		DialEtcd:    dial,
 		EtcdTimeout: o.EtcdTimeout,
+		AfterStep:   o.AfterStep,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
