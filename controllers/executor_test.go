@@ -24,7 +24,7 @@ func TestExecutorDeletesOnlyWhatItObserved(t *testing.T) {
 	var kinds []string
 	r := &controllers.EtcdClusterReconciler{Client: env.Client, Scheme: env.Client.Scheme(), Recorder: events.NewFakeRecorder(10),
 		AfterStep: func(k string) { kinds = append(kinds, k) }}
-		c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd"}}
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd"}}
 
 	newPod := func() *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-1"},
@@ -72,7 +72,7 @@ func TestIntentIsWrittenWithAnOptimisticLock(t *testing.T) {
 		c.Annotations["example.com/touched"] = "yes"
 	})
 	r := &controllers.EtcdClusterReconciler{Client: env.Client, Scheme: env.Client.Scheme(), Recorder: events.NewFakeRecorder(10)}
-		err := r.SetIntent(ctx, stale, &plan.Intent{Op: plan.IntentAdd, Member: "etcd-3", Reason: v1alpha1.ReasonScaleOut})
+	err := r.SetIntent(ctx, stale, &plan.Intent{Op: plan.IntentAdd, Member: "etcd-3", Reason: v1alpha1.ReasonScaleOut})
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("writing an intent from a stale read: %v, want a conflict", err)
 	}
