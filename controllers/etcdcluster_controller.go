@@ -203,13 +203,16 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	desired, specErr := Desired(r.Renderer, c)
 	obs.specErr = specErr
 
+	topo := topologyOf(c, desired)
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {
-		applyErr = r.applyAndPrune(ctx, c, desired)
+		applyErr = r.ensureFoundingConfig(ctx, c, topo)
+		if applyErr == nil {
+			applyErr = r.applyAndPrune(ctx, c, desired)
+		}
 		obs.applyErr = applyErr
 	}
 
-	topo := topologyOf(c, desired)
 	if err := r.observe(ctx, c, topo, &obs); err != nil {
 		return ctrl.Result{}, err
 	}

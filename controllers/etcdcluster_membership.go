@@ -31,8 +31,8 @@ const (
 	// IntentAnnotation on the EtcdCluster holds the membership change in progress (JSON). It is
 	// written before the first irreversible etcd call of a change and removed when it ends.
 	IntentAnnotation = "etcdpilot.io/membership-intent"
-	// MemberIDAnnotation on a member's volume claim names the etcd member whose data it holds,
-	// stamped once the member has started on it.
+	// MemberIDAnnotation on a member's volume claim (or, under emptyDir storage, on its pod)
+	// names the etcd member whose data it holds, stamped once the member has run on it.
 	MemberIDAnnotation = "etcdpilot.io/member-id"
 	// MembershipFieldOwner is the field manager of the StatefulSet's replicas and of the
 	// membership ConfigMap.
@@ -57,11 +57,20 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	if err != nil {
 		return membershipAction{}, err
 	}
-	bootstrapping := !mo.Bootstrapped && mo.Etcd == nil
+	// Until the cluster first formed, the StatefulSet runs exactly the founding members
+	// recorded at the first render, whatever spec.replicas says meanwhile.
 	var a membershipAction
-	if bootstrapping {
-		a = membershipAction{Kind: actWait, Reason: v1alpha1.ReasonBootstrapping, Message: fmt.Sprintf("the first %d members are forming the cluster", mo.Desired)}
-	} else {
+	switch {
+	case c.Status.ClusterID == "" && mo.StsReplicas != mo.Founders:
+		a = membershipAction{Kind: actScaleStatefulSet, Replicas: mo.Founders, Reason: v1alpha1.ReasonBootstrapping,
+			Message: fmt.Sprintf("starting the %d founding members", mo.Founders)}
+	case !mo.Bootstrapped:
+		msg := fmt.Sprintf("the %d founding members are forming the cluster", mo.Founders)
+		if mo.Desired != mo.Founders {
+			msg += fmt.Sprintf("; spec.replicas (%d) applies once it has formed", mo.Desired)
+		}
+		a = membershipAction{Kind: actWait, Reason: v1alpha1.ReasonBootstrapping, Message: msg}
+	default:
 		a = membership.Decide(mo)
 		// Once membership matches the spec (or only waits for an unhealthy member, which may be
 		// one restarting or failing on a new template), the pod template may roll out.
@@ -85,11 +94,8 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 			o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 		}
 	}
-	if err := r.ensureMembershipConfig(ctx, c, t, mo, bootstrapping); err != nil {
+	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
-	}
-	if bootstrapping {
-		return a, r.scaleStatefulSet(ctx, c, t, mo.Desired, mo.StsReplicas)
 	}
 	if err := r.stampClaims(ctx, c, mo); err != nil {
 		return a, err
@@ -101,8 +107,10 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 // memberObservation gathers one pass's view for the membership planner.
 func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membership.Observation, error) {
 	mo := membership.Observation{
-		Desired: specReplicas(c), StatefulSet: t.statefulSet, Etcd: o.etcd,
-		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && len(o.etcd.Cluster.Members) > 0),
+		Desired: specReplicas(c), StatefulSet: t.statefulSet, Etcd: o.etcd, Reached: o.reached,
+		// Formed: etcd reported a cluster ID before, or members answer with a leader now (a lone
+		// founder of etcd 3.5 lists its founding peers before any quorum exists).
+		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0),
 		PeerURL:      t.peerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
 		DeletePVCOnScaleIn: c.Spec.Storage.Retention.WhenScaledIn != v1alpha1.RetentionRetain,
 		Now:                time.Now(),
@@ -125,6 +133,11 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		}
 		mo.Intent = in
 	}
+	founders, err := r.founders(ctx, c, t)
+	if err != nil {
+		return mo, err
+	}
+	mo.FoundingList, mo.Founders = founders, int32(len(founders))
 	if o.etcd != nil {
 		for _, st := range o.etcd.Status {
 			if st.ClusterID != 0 && st.ClusterID != o.etcd.Cluster.ClusterID {
@@ -193,35 +206,37 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		p.PVCExists, p.PVCUID, p.PVCDeleting = true, string(pvc.UID), pvc.DeletionTimestamp != nil
 		claimList[podName] = pvc
 	}
-	// A claim stamped with another member's ID cannot hold that member's data; nor can an
-	// unstamped claim in a cluster whose other claims are stamped (it was re-created) under a
-	// member that cannot start (the membership ConfigMap names no member outside a join).
+	ephemeral := c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
+	// The data holder of an ordinal is its claim, or under emptyDir storage its pod (the data
+	// lives and dies with it). Each is stamped with the member ID once that member ran on it.
+	stamps := map[string]string{}
 	anyStamped := false
-	for _, pvc := range claimList {
-		anyStamped = anyStamped || pvc.Annotations[MemberIDAnnotation] != ""
+	if ephemeral {
+		claimList = nil
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			k, ok := ordinal(t.statefulSet, pod.Name)
+			if !ok {
+				continue
+			}
+			p := byOrdinal[k]
+			p.Ephemeral = true
+			p.PVCExists, p.PVCDeleting, p.PVCUID = true, pod.DeletionTimestamp != nil, string(pod.UID)
+			stamps[pod.Name] = pod.Annotations[MemberIDAnnotation]
+		}
+	} else {
+		for podName, pvc := range claimList {
+			stamps[podName] = pvc.Annotations[MemberIDAnnotation]
+		}
 	}
-	for podName, pvc := range claimList {
+	for _, st := range stamps {
+		anyStamped = anyStamped || st != ""
+	}
+	for podName, stamp := range stamps {
 		id, ok := memberIDs[podName]
 		k, _ := ordinal(t.statefulSet, podName)
-		p := byOrdinal[k]
-		if !ok {
-			continue
-		}
-		stamp := pvc.Annotations[MemberIDAnnotation]
-		p.PVCFresh = (stamp != "" && stamp != etcd.FormatID(id)) || (stamp == "" && anyStamped && !p.Running && p.RestartCount > 0)
-	}
-	if c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral {
-		// emptyDir data lives and dies with the pod: the pod plays the claim.
-		for _, p := range byOrdinal {
-			p.PVCExists, p.PVCDeleting = p.Exists, p.Deleting
-			if _, ok := memberIDs[p.Name]; ok {
-				p.PVCFresh = !p.Running && p.RestartCount > 0
-			}
-		}
-		for i := range pods.Items {
-			if k, ok := ordinal(t.statefulSet, pods.Items[i].Name); ok {
-				byOrdinal[k].PVCUID = string(pods.Items[i].UID)
-			}
+		if p := byOrdinal[k]; ok {
+			p.PVCFresh = freshData(stamp, id, anyStamped, p.Running, p.RestartCount, ephemeral)
 		}
 	}
 	for _, p := range byOrdinal {
@@ -280,66 +295,139 @@ func ordinal(sts, pod string) (int32, bool) {
 	return int32(k), true
 }
 
-// membershipEnv is what a starting member reads from the membership ConfigMap.
+// FoundersAnnotation on the membership ConfigMap records the founding member list
+// ("name=peerURL,..."), written once when the ConfigMap is first created and never changed:
+// the first formation runs exactly these members.
+const FoundersAnnotation = "etcdpilot.io/founders"
+
+// noMemberMayStart is the initial cluster when no member may start without data.
+const noMemberMayStart = "no-member-is-joining=http://127.0.0.1:1"
+
+// membershipEnv is what a starting member reads from the membership ConfigMap. Members with
+// data ignore it; it decides which members may start on an empty data directory, because etcd
+// refuses to start a member whose --name the initial cluster does not name ("couldn't find
+// local name ... in the initial cluster configuration"):
 //
-// During the first formation it lists every ordinal with state "new". While a learner joins
-// it lists the running members and the learner, with state "existing". Otherwise it names no
-// member at all: a member that lost its data then fails to start ("couldn't find local name")
-// instead of rejoining under its old identity with an empty log, and is replaced. Members with
-// data ignore both variables.
-func membershipEnv(mo membership.Observation, bootstrapping bool) map[string]string {
-	if bootstrapping {
-		var parts []string
-		for k := int32(0); k < mo.Desired; k++ {
-			name := fmt.Sprintf("%s-%d", mo.StatefulSet, k)
-			parts = append(parts, name+"="+mo.PeerURL(name))
-		}
-		return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(parts, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}
+//   - before the cluster formed: the founding list with state "new";
+//   - after: every member of etcd's list with state "existing", where only the members that
+//     never started (a learner being added, a founder that starts late) appear under their
+//     own names; started members appear under an alias of their member ID. etcd matches the
+//     other members by peer URL, so a joining member finds the cluster, while a started
+//     member that lost its data (a wiped volume, a re-created emptyDir, during a join or not)
+//     fails to start instead of rejoining under its old identity with an empty log, and is
+//     replaced.
+func membershipEnv(mo membership.Observation) map[string]string {
+	if !mo.Bootstrapped || mo.Etcd == nil {
+		return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(mo.FoundingList, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}
 	}
-	joining := mo.Etcd != nil && mo.Intent != nil && (mo.Intent.Op == intentAdd || mo.Intent.Op == intentReplace)
-	learnerListed := false
 	var parts []string
-	if joining {
-		for _, m := range mo.Etcd.Cluster.Members {
-			name := m.Name
-			if name == "" || m.IsLearner {
-				for _, u := range m.PeerURLs {
-					if u == mo.Intent.PeerURL {
-						name, learnerListed = mo.Intent.Member, true
-					}
-				}
-			}
-			if name == "" || len(m.PeerURLs) == 0 {
-				continue
-			}
-			parts = append(parts, name+"="+m.PeerURLs[0])
+	empty := false
+	for _, m := range mo.Etcd.Cluster.Members {
+		if len(m.PeerURLs) == 0 {
+			continue
 		}
+		name := "member-" + etcd.FormatID(m.ID)
+		if m.Name == "" {
+			if pod := podOfPeerURL(mo, m.PeerURLs[0]); pod != "" {
+				name, empty = pod, true
+			}
+		}
+		parts = append(parts, name+"="+m.PeerURLs[0])
 	}
-	if !joining || !learnerListed {
-		return map[string]string{"ETCD_INITIAL_CLUSTER": "no-member-is-joining=http://127.0.0.1:1", "ETCD_INITIAL_CLUSTER_STATE": "existing"}
+	if !empty {
+		return map[string]string{"ETCD_INITIAL_CLUSTER": noMemberMayStart, "ETCD_INITIAL_CLUSTER_STATE": "existing"}
 	}
 	sort.Strings(parts)
 	return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(parts, ","), "ETCD_INITIAL_CLUSTER_STATE": "existing"}
 }
 
-// ensureMembershipConfig applies the membership ConfigMap when its data differs.
-func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, bootstrapping bool) error {
-	data := membershipEnv(mo, bootstrapping)
+// podOfPeerURL is the pod whose advertised peer URL is u, among the ordinals the observation
+// knows and those up to the StatefulSet's size; "" when none.
+func podOfPeerURL(mo membership.Observation, u string) string {
+	limit := max(mo.StsReplicas, mo.Desired, mo.Founders)
+	for _, p := range mo.Pods {
+		limit = max(limit, p.Ordinal+1)
+	}
+	if mo.Etcd != nil {
+		limit += int32(len(mo.Etcd.Cluster.Members))
+	}
+	for k := int32(0); k < limit; k++ {
+		name := fmt.Sprintf("%s-%d", mo.StatefulSet, k)
+		if mo.PeerURL(name) == u {
+			return name
+		}
+	}
+	return ""
+}
+
+// foundingList is the founding member list for n members.
+func foundingList(t topology, n int32) []string {
+	out := make([]string, 0, n)
+	for k := int32(0); k < n; k++ {
+		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
+		out = append(out, name+"="+t.peerURL(name))
+	}
+	return out
+}
+
+// founders reads the founding list recorded on the membership ConfigMap; without one, it is
+// the list spec.replicas gives now (the first render's, recorded by ensureMembershipConfig).
+func (r *EtcdClusterReconciler) founders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) ([]string, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}, cm)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("failed to get the membership ConfigMap of %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if rec := cm.Annotations[FoundersAnnotation]; rec != "" {
+		return strings.Split(rec, ","), nil
+	}
+	return foundingList(t, specReplicas(c)), nil
+}
+
+// ensureFoundingConfig creates the membership ConfigMap with the founding list before anything
+// else of a cluster that never formed, so the first pods (the StatefulSet starts with one
+// replica) never start before it exists.
+func (r *EtcdClusterReconciler) ensureFoundingConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) error {
+	if c.Status.ClusterID != "" {
+		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}, cm)
+	if err == nil || !apierrors.IsNotFound(err) {
+		return client.IgnoreNotFound(err)
+	}
+	list := foundingList(t, specReplicas(c))
+	return r.applyMembershipConfig(ctx, c, list, map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"})
+}
+
+// ensureMembershipConfig applies the membership ConfigMap when its data differs, keeping the
+// founding list recorded.
+func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation) error {
+	data := membershipEnv(mo)
 	name := values.MembershipConfigMapName(c.Name)
 	cur := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur)
-	if err == nil && mapsEqual(cur.Data, data) {
+	if err == nil && mapsEqual(cur.Data, data) && cur.Annotations[FoundersAnnotation] != "" {
 		return nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to get ConfigMap %s/%s: %w", c.Namespace, name, err)
 	}
+	return r.applyMembershipConfig(ctx, c, mo.FoundingList, data)
+}
+
+// applyMembershipConfig applies the membership ConfigMap with data and the founding list.
+func (r *EtcdClusterReconciler) applyMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, founders []string, data map[string]string) error {
+	name := values.MembershipConfigMapName(c.Name)
 	cm := &unstructuredv1.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{
 			"name": name, "namespace": c.Namespace,
-			"labels":      map[string]any{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
-			"annotations": map[string]any{"etcdpilot.io/purpose": "initial cluster for members that join; written by the operator, read by etcd at start"},
+			"labels": map[string]any{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+			"annotations": map[string]any{
+				"etcdpilot.io/purpose": "initial cluster for members that start without data; written by the operator, read by etcd at start",
+				FoundersAnnotation:     strings.Join(founders, ","),
+			},
 			"ownerReferences": []any{map[string]any{
 				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "EtcdCluster", "name": c.Name, "uid": string(c.UID),
 				"controller": true, "blockOwnerDeletion": true,
@@ -390,7 +478,28 @@ func (r *EtcdClusterReconciler) scaleStatefulSet(ctx context.Context, c *v1alpha
 	return nil
 }
 
-// stampClaims records on each started, healthy member's claim which member's data it holds.
+// freshData reports whether the data holder (claim, or pod under emptyDir storage) of a
+// started member with ID id is not known to hold that member's data. A holder stamped with
+// another ID never does. An unstamped one, once other holders are stamped (so the operator had
+// the chance to stamp this one), does not when its member does not run on it: an emptyDir pod
+// created after the member started is always empty; a claim counts once its pod restarted
+// on it. A container that restarts in the same pod keeps its emptyDir and its stamp.
+func freshData(stamp string, id uint64, anyStamped, running bool, restarts int32, ephemeral bool) bool {
+	switch {
+	case stamp != "":
+		return stamp != etcd.FormatID(id)
+	case !anyStamped || running:
+		return false
+	case ephemeral:
+		return true
+	}
+	return restarts > 0
+}
+
+// stampClaims records on each started, healthy member's data holder (its claim, or its pod
+// under emptyDir storage) which member's data it holds. Only a member that runs is stamped,
+// and a member without data can run only as a founder or as the learner being added (see
+// membershipEnv), so a stamp never marks an empty volume as a voter's data.
 func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.EtcdCluster, mo membership.Observation) error {
 	if mo.Etcd == nil {
 		return nil
@@ -404,20 +513,26 @@ func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.Etc
 			if p.Name != m.Name || !p.PVCExists || !p.Running || p.PVCDeleting {
 				continue
 			}
-			pvc := &corev1.PersistentVolumeClaim{}
-			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + p.Name}, pvc); err != nil {
+			var holder client.Object = &corev1.PersistentVolumeClaim{}
+			key := types.NamespacedName{Namespace: c.Namespace, Name: "data-" + p.Name}
+			if p.Ephemeral {
+				holder, key.Name = &corev1.Pod{}, p.Name
+			}
+			if err := r.Client.Get(ctx, key, holder); err != nil {
 				return client.IgnoreNotFound(err)
 			}
-			if string(pvc.UID) != p.PVCUID || pvc.Annotations[MemberIDAnnotation] != "" {
+			if string(holder.GetUID()) != p.PVCUID || holder.GetAnnotations()[MemberIDAnnotation] != "" {
 				continue
 			}
-			patch := client.MergeFrom(pvc.DeepCopy())
-			if pvc.Annotations == nil {
-				pvc.Annotations = map[string]string{}
+			patch := client.MergeFrom(holder.DeepCopyObject().(client.Object))
+			ann := holder.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
 			}
-			pvc.Annotations[MemberIDAnnotation] = etcd.FormatID(m.ID)
-			if err := r.Client.Patch(ctx, pvc, patch); err != nil {
-				return fmt.Errorf("failed to stamp volume claim %s: %w", pvc.Name, err)
+			ann[MemberIDAnnotation] = etcd.FormatID(m.ID)
+			holder.SetAnnotations(ann)
+			if err := r.Client.Patch(ctx, holder, patch); err != nil {
+				return fmt.Errorf("failed to stamp %s of member %s: %w", key.Name, m.Name, err)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -37,6 +38,10 @@ type observation struct {
 
 	etcd    *etcd.Observed // nil when etcd was not asked or did not answer
 	etcdErr error
+	// etcdAsked is true when this pass asked etcd (the StatefulSet exists); reached counts
+	// the members that answered a status call when none could read the member list.
+	etcdAsked bool
+	reached   int
 
 	// membership is the membership step of this pass; nil when none was considered
 	// (paused, invalid spec, nothing applied yet).
@@ -65,7 +70,11 @@ func membershipProgress(a *membershipAction) bool {
 	return a != nil && a.Kind != actNone && !degradingWaits[a.Reason] && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
 }
 
-// observe reads the StatefulSet from the cache and, when a member pod is ready, asks etcd.
+// observe reads the StatefulSet from the cache and asks etcd, every pass, at every client URL
+// it knows (each ordinal of the StatefulSet and each member the status lists), ready or not:
+// a pod's readiness lags behind etcd, and a total outage must show in the status at once.
+// When no member can read the member list (quorum lost), it counts the members that still
+// answer a status call.
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
 	sts := &appsv1.StatefulSet{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
@@ -76,16 +85,21 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
 	}
 	o.sts = sts
-	// Until a member passes its readiness probe (a linearizable read) etcd cannot answer a
-	// member list either; asking would only hold this worker for the call timeout.
-	if sts.Status.ReadyReplicas == 0 {
+	n := max(sts.Status.Replicas, int32(len(c.Status.Members)))
+	if sts.Spec.Replicas != nil {
+		n = max(n, *sts.Spec.Replicas)
+	}
+	endpoints := t.endpoints(n)
+	for _, m := range c.Status.Members {
+		if m.ClientURL != "" && !slices.Contains(endpoints, m.ClientURL) {
+			endpoints = append(endpoints, m.ClientURL)
+		}
+	}
+	if len(endpoints) == 0 {
 		return nil
 	}
-	n := sts.Status.Replicas
-	if sts.Spec.Replicas != nil && *sts.Spec.Replicas > n {
-		n = *sts.Spec.Replicas
-	}
-	cl, err := r.DialEtcd(ctx, t.endpoints(n))
+	o.etcdAsked = true
+	cl, err := r.DialEtcd(ctx, endpoints)
 	if err != nil {
 		o.etcdErr = err
 		return nil
@@ -94,6 +108,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 	obs, err := etcd.Observe(ctx, cl, r.EtcdTimeout)
 	if err != nil {
 		o.etcdErr = err
+		o.reached = etcd.Reachable(ctx, cl, endpoints, r.EtcdTimeout)
 		return nil
 	}
 	o.etcd = &obs
@@ -138,10 +153,16 @@ func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
 		if s.LegacyLogIndex != 0 && snapshotPast(*o.etcd, s.LegacyLogIndex, o.snapshotCount) {
 			s.LegacyLogIndex = 0
 		}
-	} else if o.sts == nil || o.sts.Status.Replicas == 0 {
-		// No member runs: nothing to report. When members run but etcd did not answer, the
-		// last known member table stays, and the conditions say etcd is unreachable.
+	} else if o.sts == nil || (o.sts.Status.Replicas == 0 && !o.etcdAsked) {
+		// No member runs: nothing to report.
 		s.Members, s.Leader, s.LeaderID = nil, "", ""
+	} else if o.etcdAsked {
+		// Members run, or ran, but no member could read the member list: the table keeps the
+		// members etcd listed last, none healthy and none leading, so the status and the
+		// metrics show the outage in this pass. Leader keeps the last leader seen.
+		for i := range s.Members {
+			s.Members[i].Healthy, s.Members[i].Leader = false, false
+		}
 	}
 	if o.upgradeKnown {
 		s.Upgrade = o.upgrade
@@ -179,6 +200,8 @@ func snapshotPast(o etcd.Observed, index, snapshotCount uint64) bool {
 // and ID, and the lowest version running.
 func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderName, leaderID, lowest string) {
 	leader := o.Leader()
+	// Without a quorum of voting members answering, no member serves: none is healthy.
+	serving := quorate(o)
 	for _, m := range o.Cluster.Members {
 		ms := v1alpha1.MemberStatus{Name: m.Name, ID: etcd.FormatID(m.ID), Learner: m.IsLearner, Leader: m.ID == leader && leader != 0}
 		if ms.Name == "" {
@@ -191,7 +214,7 @@ func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderNam
 			ms.ClientURL = m.ClientURLs[0]
 		}
 		if st, ok := o.Status[m.ID]; ok {
-			ms.Healthy = len(plan.MemberErrors(st)) == 0
+			ms.Healthy = serving && len(plan.MemberErrors(st)) == 0
 			ms.Version, ms.DBSizeBytes, ms.RaftIndex = st.Version, st.DBSize, st.RaftIndex
 			if lowest == "" || versions.Less(st.Version, lowest) {
 				lowest = st.Version
@@ -251,17 +274,17 @@ func availableCondition(o observation) metav1.Condition {
 	if o.sts != nil {
 		ready = o.sts.Status.ReadyReplicas
 	}
-	// Without an answer from etcd, a member pod's readiness (a linearizable read) is the
-	// evidence that the cluster serves.
-	if ready >= plan.Quorum(o.specReplicas) {
-		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
-		c.Message = fmt.Sprintf("%d of %d members ready (quorum %d)", ready, o.specReplicas, plan.Quorum(o.specReplicas))
-	} else {
-		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumNotReady
-		c.Message = fmt.Sprintf("%d of %d members ready, quorum needs %d", ready, o.specReplicas, plan.Quorum(o.specReplicas))
-	}
-	if o.etcdErr != nil {
+	// Without an answer from etcd the cluster is not known to serve, whatever the pods'
+	// readiness says (it lags, and a stopped node's pods stay Ready for a while).
+	c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumNotReady
+	c.Message = fmt.Sprintf("%d of %d member pods ready", ready, o.specReplicas)
+	switch {
+	case o.etcdAsked && o.reached > 0:
+		c.Message += fmt.Sprintf("; %d members answer, but none can read the member list: no quorum", o.reached)
+	case o.etcdErr != nil:
 		c.Message += fmt.Sprintf("; etcd did not answer the operator: %v", o.etcdErr)
+	case o.etcdAsked:
+		c.Message += "; etcd did not answer the operator"
 	}
 	return c
 }
@@ -312,6 +335,18 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Reason, c.Message = v1alpha1.ReasonApplyFailed, o.applyErr.Error()
 	case o.membership != nil && degradingWaits[o.membership.Reason]:
 		c.Reason, c.Message = o.membership.Reason, o.membership.Message
+	case o.etcd == nil && o.etcdAsked && o.wasAvailable && o.reached > 0:
+		c.Reason = v1alpha1.ReasonQuorumLost
+		c.Message = fmt.Sprintf("%d members answer, but none can read the member list: quorum is lost and the cluster does not serve", o.reached)
+	case o.etcd == nil && o.etcdAsked && o.wasAvailable:
+		c.Reason = v1alpha1.ReasonEtcdUnreachable
+		c.Message = "no member answered the operator"
+		if o.etcdErr != nil {
+			c.Message += ": " + o.etcdErr.Error()
+		}
+	case o.etcd != nil && o.wasAvailable && !quorate(*o.etcd):
+		c.Reason = v1alpha1.ReasonQuorumLost
+		c.Message = "fewer voting members answer than quorum needs: " + strings.Join(unhealthyMembers(*o.etcd), "; ")
 	case o.etcd != nil && len(unhealthyMembers(*o.etcd)) > 0:
 		c.Reason, c.Message = v1alpha1.ReasonMembersUnhealthy, "unhealthy members: "+strings.Join(unhealthyMembers(*o.etcd), "; ")
 	case o.sts != nil && prog.Status == metav1.ConditionFalse && o.sts.Status.ReadyReplicas < o.specReplicas:
@@ -321,6 +356,20 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "nothing needs attention"
 	}
 	return c
+}
+
+// quorate reports whether a quorum of the voting members answered.
+func quorate(o etcd.Observed) bool {
+	voters, answering := int32(0), int32(0)
+	for _, m := range o.Cluster.Members {
+		if !m.IsLearner {
+			voters++
+			if _, ok := o.Status[m.ID]; ok {
+				answering++
+			}
+		}
+	}
+	return voters > 0 && answering >= plan.Quorum(voters)
 }
 
 // specErrReason is VersionRefused for a version the running cluster cannot move to, else

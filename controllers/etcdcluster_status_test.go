@@ -5,10 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -76,9 +79,19 @@ func TestConditions(t *testing.T) {
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
 		},
 		{
-			name:      "healthy pods, etcd unreachable from the operator",
-			o:         observation{specReplicas: 3, sts: sts(3, 3, 3), etcdErr: errors.New("dial timeout")},
-			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
+			name:      "healthy pods, etcd unreachable from the operator: not known to serve",
+			o:         observation{specReplicas: 3, sts: sts(3, 3, 3), etcdAsked: true, etcdErr: errors.New("dial timeout")},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
+		},
+		{
+			name:      "a formed cluster whose members do not answer",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, etcdErr: errors.New("dial timeout")},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/EtcdUnreachable", ready: "False/NotAvailable",
+		},
+		{
+			name:      "a formed cluster with one member alive and no quorum (path 6)",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, reached: 1, etcdErr: errors.New("context deadline exceeded")},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/QuorumLost", ready: "False/NotAvailable",
 		},
 		{
 			name:      "one of three members down keeps quorum but degrades",
@@ -93,7 +106,7 @@ func TestConditions(t *testing.T) {
 		{
 			name:      "two of three down loses quorum",
 			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcd: cluster(3, 0, []uint64{2, 3}, nil)},
-			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/NotAvailable",
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/QuorumLost", ready: "False/NotAvailable",
 		},
 		{
 			name:      "no leader is not available",
@@ -102,8 +115,8 @@ func TestConditions(t *testing.T) {
 		},
 		{
 			name:      "a formed cluster with a pod not ready and etcd unreachable is degraded",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3)},
-			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3), etcdAsked: true},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/EtcdUnreachable", ready: "False/NotAvailable",
 		},
 		{
 			name:      "pods on an older template",
@@ -211,5 +224,46 @@ func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
 	members, _, _, _ = memberStatuses(*alarm)
 	if members[1].Healthy {
 		t.Fatalf("a member with an alarm is reported healthy")
+	}
+}
+
+// TestTotalOutageShowsInOnePass (path 6 of issue 9): with no member able to read the member
+// list, the member table shows no healthy member and no leader, and the has-leader gauge
+// drops to 0, in the first pass that sees it.
+func TestTotalOutageShowsInOnePass(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace = "outage", "ns"
+	healthy := observation{specReplicas: 3, sts: sts(3, 3, 3), etcdAsked: true, etcd: cluster(3, 1, nil, nil)}
+	setStatus(c, healthy, topology{selector: labels.Everything()})
+	recordMetrics(c)
+	l := prometheus.Labels{"namespace": "ns", "name": "outage"}
+	if got := promtest.ToFloat64(metricHasLeader.With(l)); got != 1 {
+		t.Fatalf("healthy: has_leader %v", got)
+	}
+	outage := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, reached: 1, etcdErr: errors.New("context deadline exceeded")}
+	setStatus(c, outage, topology{selector: labels.Everything()})
+	recordMetrics(c)
+	if len(c.Status.Members) != 3 {
+		t.Fatalf("the member table went away: %+v", c.Status.Members)
+	}
+	for _, m := range c.Status.Members {
+		if m.Healthy || m.Leader {
+			t.Fatalf("during the outage member %s is healthy=%v leader=%v", m.Name, m.Healthy, m.Leader)
+		}
+	}
+	if got := promtest.ToFloat64(metricHasLeader.With(l)); got != 0 {
+		t.Fatalf("outage: has_leader %v", got)
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded); cond.Reason != v1alpha1.ReasonQuorumLost {
+		t.Fatalf("Degraded %s/%s", cond.Status, cond.Reason)
+	}
+	// One member of three answering with the member list (etcd 3.5 serves it without a
+	// quorum): no member is healthy either.
+	lone := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcdAsked: true, etcd: cluster(3, 0, []uint64{2, 3}, nil)}
+	setStatus(c, lone, topology{selector: labels.Everything()})
+	for _, m := range c.Status.Members {
+		if m.Healthy {
+			t.Fatalf("without a quorum member %s is reported healthy", m.Name)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -331,4 +332,23 @@ func Observe(ctx context.Context, c Client, perCall time.Duration) (Observed, er
 	}
 	wg.Wait()
 	return o, nil
+}
+
+// Reachable asks each endpoint for its status, concurrently, each call bounded by perCall, and
+// returns how many answered. It tells members that are alive without a quorum (they answer
+// status, but cannot read the member list) from members that are gone.
+func Reachable(ctx context.Context, c Client, endpoints []string, perCall time.Duration) int {
+	var n atomic.Int32
+	var wg sync.WaitGroup
+	for _, ep := range endpoints {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, perCall)
+			defer cancel()
+			if _, err := c.Status(sctx, ep); err == nil {
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(n.Load())
 }

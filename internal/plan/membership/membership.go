@@ -62,6 +62,11 @@ type Observation struct {
 	Etcd *etcd.Observed
 	// SplitBrain is true when members disagree on the cluster ID: nothing is done.
 	SplitBrain bool
+	// FoundingList is the founding member list ("name=peerURL"), recorded at the first render.
+	FoundingList []string
+	// Reached is how many members answered a status call when Etcd is nil (no member could
+	// read the member list): members alive without a quorum.
+	Reached int
 	// Founders is the size of the founding member list recorded at the first render (0 when
 	// none is recorded): until the cluster forms, the StatefulSet runs exactly these.
 	Founders int32
@@ -136,6 +141,10 @@ func Decide(o Observation) membershipAction {
 			"save its data if clients wrote to it, then delete its claim and pod so it is re-added as a learner")
 	case o.Etcd == nil && !o.Bootstrapped:
 		return wait(reasonBootstrapping, "the first members are starting and forming the cluster")
+	case o.Etcd == nil && o.Reached > 0:
+		return wait(reasonQuorumLost, fmt.Sprintf("%d members answer, but none can read the member list: quorum is lost and the cluster does not serve. "+
+			"The operator changes no membership until a quorum answers. Bring the failed members back (check their pods, nodes and volumes); "+
+			"if a majority of members lost their data, restore the cluster from a snapshot", o.Reached))
 	case o.Etcd == nil:
 		return wait(reasonEtcdUnreachable, "no member answered: the operator changes no membership until a quorum answers. "+
 			"Check the member pods, their nodes and volumes; if a majority of members lost their data, restore from a snapshot")
@@ -147,6 +156,11 @@ func Decide(o Observation) membershipAction {
 		return wait(reasonUnknownMember, fmt.Sprintf("etcd lists members that are not pods of StatefulSet %s: %s. "+
 			"The operator does not touch them and waits; remove them with etcdctl member remove if nobody needs them",
 			o.StatefulSet, strings.Join(v.foreign, ", ")))
+	}
+	if up := v.answeringVoters(); up < plan.Quorum(v.voters) && o.Bootstrapped {
+		return wait(reasonQuorumLost, fmt.Sprintf("%d of %d voting members answer, quorum needs %d: the operator changes no membership "+
+			"while quorum is lost. Bring the failed members back (check their pods, nodes and volumes); if a majority of members "+
+			"lost their data, restore the cluster from a snapshot", up, v.voters, plan.Quorum(v.voters)))
 	}
 	if v.leader == 0 || !v.isVoter(v.leader) {
 		if !o.Bootstrapped {
@@ -288,6 +302,18 @@ func (v *memberView) nameOf(m etcd.Member) string {
 		return v.podName(k)
 	}
 	return etcd.FormatID(m.ID)
+}
+
+// answeringVoters counts the voting members that answered their status call, whatever
+// leader they follow.
+func (v *memberView) answeringVoters() int32 {
+	var n int32
+	for _, m := range v.members {
+		if _, ok := v.o.Etcd.Status[m.ID]; ok && !m.IsLearner {
+			n++
+		}
+	}
+	return n
 }
 
 // answering reports whether the member answered its status call and follows the leader.
@@ -481,7 +507,7 @@ func (v *memberView) continueRemove(in membershipIntent, k int32, reason string)
 		for _, j := range v.sortedPodOrdinals() {
 			p := v.pods[j]
 			_, hasMember := v.byOrd[j]
-			if j >= v.o.StsReplicas && j >= v.o.Desired && !hasMember && p.PVCExists && !p.PVCDeleting {
+			if j >= v.o.StsReplicas && j >= v.o.Desired && !hasMember && p.PVCExists && !p.PVCDeleting && !p.Ephemeral {
 				return membershipAction{Kind: actDeletePVC, Member: p.Name, Reason: reason,
 					Message: fmt.Sprintf("deleting the volume claim of removed member %s (retention policy: delete on scale-in)", p.Name)}
 			}
@@ -601,7 +627,7 @@ func (v *memberView) lostLearnerPod(p podInfo) (string, bool, time.Duration) {
 // claim, then the pod (the claim goes once no pod uses it), then the StatefulSet creates both.
 func (v *memberView) freshVolume(p podInfo, reason, why string) membershipAction {
 	switch {
-	case p.PVCExists && !p.PVCDeleting:
+	case p.PVCExists && !p.PVCDeleting && !p.Ephemeral:
 		return membershipAction{Kind: actDeletePVC, Member: p.Name, Reason: reason,
 			Message: fmt.Sprintf("deleting the volume claim of %s: %s", p.Name, why)}
 	case p.Exists && (!p.Deleting || !p.NodeReady):

@@ -102,6 +102,14 @@ func (f *mdFix) noClaim(k int32) *mdFix {
 
 func (f *mdFix) gone(k int32) *mdFix { delete(f.pods, k); return f }
 
+// ephemeral: emptyDir storage; the pod plays the claim (its UID is the claim's).
+func (f *mdFix) ephemeral() *mdFix {
+	for _, p := range f.pods {
+		p.Ephemeral, p.PVCExists, p.PVCDeleting = true, p.Exists, p.Deleting
+	}
+	return f
+}
+
 func (f *mdFix) removeMember(k int32) *mdFix {
 	for i, m := range f.members {
 		if m.ID == mdID(k) {
@@ -429,6 +437,22 @@ func TestDecideMembership(t *testing.T) {
 		{name: "replace: old member removed, no learner yet", fix: cluster3(3).removeMember(1).withIntent(replaceIntent(1)),
 			kind: actAddLearner, member: "etc-1", reason: reasonReplaceMember},
 		{name: "replace: learner added, old claim still in place", fix: replaced(false, 0), kind: actDeletePVC, member: "etc-1", reason: reasonReplaceMember},
+		// emptyDir storage (path 3 of issue 9): the pod plays the claim; there is never a claim
+		// to delete, so a fresh volume is a new pod.
+		{name: "emptyDir: replace, learner added, old pod still in place", fix: replaced(false, 0).ephemeral(),
+			kind: actDeletePod, member: "etc-1", reason: reasonReplaceMember},
+		{name: "emptyDir: learner whose pod crash loops past the timeout gets a new pod",
+			fix: func() *mdFix {
+				f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3)
+				f.addPod(2)
+				return f.pod(2, crashLoop(6*time.Minute)).ephemeral()
+			}(),
+			kind: actDeletePod, member: "etc-2", reason: reasonScaleOut},
+		{name: "emptyDir: scale in, StatefulSet shrunk, pod still terminating", fix: cluster3(3).want(2).stsReplicas(2).withIntent(removeIntent(2)).removeMember(2).
+			pod(2, func(p *podInfo) { p.Deleting = true }).ephemeral(),
+			kind: actClearIntent, member: "etc-2", reason: reasonScaleIn},
+		{name: "emptyDir: a member whose container restarted with its data is left alone", fix: cluster3(3).ephemeral().pod(2, func(p *podInfo) { p.RestartCount = 1 }),
+			kind: actNone, reason: reasonReconciled},
 		{name: "replace: old claim deleting, old pod on a dead node", fix: replaced(false, 0).pod(1, nodeLost(10*time.Minute)).pod(1, func(p *podInfo) { p.PVCDeleting = true }),
 			kind: actDeletePod, member: "etc-1", reason: reasonReplaceMember, check: wantForce(true)},
 		{name: "replace: old pod terminating on a ready node", fix: replaced(false, 0).pod(1, func(p *podInfo) { p.PVCDeleting, p.Deleting = true, true }),
