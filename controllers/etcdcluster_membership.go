@@ -309,9 +309,10 @@ const noMemberMayStart = "no-member-is-joining=http://127.0.0.1:1"
 // local name ... in the initial cluster configuration"):
 //
 //   - before the cluster formed: the founding list with state "new";
-//   - after: every member of etcd's list with state "existing", where only the members that
-//     never started (a learner being added, a founder that starts late) appear under their
-//     own names; started members appear under an alias of their member ID. etcd matches the
+//   - after: every member of etcd's list with state "existing", where only learners (they do
+//     not vote; one that lost its data gets a snapshot) and members that never started (a
+//     founder that starts late) appear under their own names; started voting members appear
+//     under an alias of their member ID. etcd matches the
 //     other members by peer URL, so a joining member finds the cluster, while a started
 //     member that lost its data (a wiped volume, a re-created emptyDir, during a join or not)
 //     fails to start instead of rejoining under its old identity with an empty log, and is
@@ -327,7 +328,7 @@ func membershipEnv(mo membership.Observation) map[string]string {
 			continue
 		}
 		name := "member-" + etcd.FormatID(m.ID)
-		if m.Name == "" {
+		if membership.MayStartEmpty(m) {
 			if pod := podOfPeerURL(mo, m.PeerURLs[0]); pod != "" {
 				name, empty = pod, true
 			}

@@ -62,7 +62,7 @@ type observation struct {
 var degradingWaits = map[string]bool{
 	v1alpha1.ReasonSplitBrain: true, v1alpha1.ReasonQuorumLost: true, v1alpha1.ReasonUnknownMember: true, v1alpha1.ReasonStaleVolume: true,
 	v1alpha1.ReasonInvalidIntent: true, v1alpha1.ReasonEtcdUnreachable: true, v1alpha1.ReasonQuorumAtRisk: true,
-	v1alpha1.ReasonUpgradeStalled: true,
+	v1alpha1.ReasonUpgradeStalled: true, v1alpha1.ReasonLearnerNeverStarted: true,
 }
 
 // membershipProgress reports whether the membership step is a change under way.

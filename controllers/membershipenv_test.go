@@ -40,7 +40,8 @@ func TestMembershipEnvNamesOnlyMembersThatMayStartEmpty(t *testing.T) {
 		{"formed, nobody joining: no member may start empty", obs(formed...), noMemberMayStart, "existing"},
 		{"a learner joining: only it by name", obs(append(formed, member(0xd, "", "etcd-3", true))...),
 			"etcd-3=" + peer("etcd-3") + ",member-a=" + peer("etcd-0") + ",member-b=" + peer("etcd-1") + ",member-c=" + peer("etcd-2"), "existing"},
-		{"a started learner: nobody by name", obs(append(formed, member(0xd, "etcd-3", "etcd-3", true))...), noMemberMayStart, "existing"},
+		{"a started learner: only it by name (it does not vote; empty, it gets a snapshot)", obs(append(formed, member(0xd, "etcd-3", "etcd-3", true))...),
+			"etcd-3=" + peer("etcd-3") + ",member-a=" + peer("etcd-0") + ",member-b=" + peer("etcd-1") + ",member-c=" + peer("etcd-2"), "existing"},
 		{"a founder that starts late joins under its name", obs(formed[0], formed[1], member(0xc, "", "etcd-2", false)),
 			"etcd-2=" + peer("etcd-2") + ",member-a=" + peer("etcd-0") + ",member-b=" + peer("etcd-1"), "existing"},
 	}

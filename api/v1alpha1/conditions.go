@@ -118,6 +118,9 @@ const (
 	ReasonMemberStarting = "MemberStarting"
 	// ReasonLeaderUnreachable : the leader did not answer; leadership cannot be moved yet.
 	ReasonLeaderUnreachable = "LeaderUnreachable"
+	// ReasonLearnerNeverStarted : a learner's pod did not start within
+	// spec.membership.replaceAfter; the learner is removed and added again (degrades).
+	ReasonLearnerNeverStarted = "LearnerNeverStarted"
 )
 
 // Rollout reasons (version upgrades and other pod template changes), in Progressing and

@@ -118,13 +118,14 @@ const (
 	reasonAdoptLearner  = v1alpha1.ReasonAdoptLearner
 
 	// Reasons of waits within a change.
-	reasonWaitingForPod     = v1alpha1.ReasonWaitingForPod
-	reasonPodTerminating    = v1alpha1.ReasonPodTerminating
-	reasonVolumeDeleting    = v1alpha1.ReasonVolumeDeleting
-	reasonLearnerStarting   = v1alpha1.ReasonLearnerStarting
-	reasonLearnerCatchingUp = v1alpha1.ReasonLearnerCatchingUp
-	reasonMemberStarting    = v1alpha1.ReasonMemberStarting
-	reasonLeaderUnreachable = v1alpha1.ReasonLeaderUnreachable
+	reasonWaitingForPod       = v1alpha1.ReasonWaitingForPod
+	reasonPodTerminating      = v1alpha1.ReasonPodTerminating
+	reasonVolumeDeleting      = v1alpha1.ReasonVolumeDeleting
+	reasonLearnerStarting     = v1alpha1.ReasonLearnerStarting
+	reasonLearnerCatchingUp   = v1alpha1.ReasonLearnerCatchingUp
+	reasonMemberStarting      = v1alpha1.ReasonMemberStarting
+	reasonLeaderUnreachable   = v1alpha1.ReasonLeaderUnreachable
+	reasonLearnerNeverStarted = v1alpha1.ReasonLearnerNeverStarted
 )
 
 // Decide returns the one next membership step for o. It is pure: the same
@@ -543,6 +544,10 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 		}
 	}
 	m, ok := v.byOrd[k]
+	if !ok && plan.Since(v.o.Now, in.StartedAt) >= v.o.LostMemberTimeout {
+		return membershipAction{Kind: actClearIntent, Member: name, Reason: reasonLearnerNeverStarted,
+			Message: fmt.Sprintf("the change for %s did not finish within %s and no learner is left of it; it starts over", name, v.o.LostMemberTimeout)}
+	}
 	if !ok {
 		if k >= v.o.Desired {
 			return membershipAction{Kind: actClearIntent, Member: name, Reason: reason,
@@ -572,6 +577,21 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 		return membershipAction{Kind: actScaleStatefulSet, Member: name, Replicas: k + 1, Reason: reason,
 			Message: fmt.Sprintf("growing the StatefulSet to %d replicas to start learner %s", k+1, name)}
 	}
+	// A learner whose pod never starts (Pending, an image that cannot be pulled, a refused
+	// pod) would block every later change: past the deadline it is removed (a learner does
+	// not vote, so this costs nothing) and the change is tried again from the start.
+	if d := plan.Since(v.o.Now, in.StartedAt); m.Name == "" && d >= v.o.LostMemberTimeout {
+		why := "its pod does not exist"
+		if p.Exists {
+			why = "its pod does not run"
+		}
+		if p.Problem != "" {
+			why += " (" + p.Problem + ")"
+		}
+		return membershipAction{Kind: actRemoveMember, Member: name, ID: m.ID, Reason: reasonLearnerNeverStarted,
+			Message: fmt.Sprintf("learner %s has not started within %s (spec.membership.replaceAfter): %s. It is removed so that other changes "+
+				"can go on, and added again; fix the cause (check the pod and the StatefulSet's events)", name, d.Round(time.Second), why)}
+	}
 	if !p.Exists {
 		return wait(reasonWaitingForPod, fmt.Sprintf("waiting for the StatefulSet to create pod %s for learner %s", name, name))
 	}
@@ -590,7 +610,13 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 		return v.freshVolume(p, reason, fmt.Sprintf("learner %s never caught up: %s", name, why))
 	}
 	if m.Name == "" {
-		return wait(reasonLearnerStarting, fmt.Sprintf("waiting for learner %s to start (pod restarts: %d)", name, p.RestartCount))
+		msg := fmt.Sprintf("waiting for learner %s to start (pod restarts: %d)", name, p.RestartCount)
+		if p.Problem != "" {
+			msg += ": " + p.Problem
+		}
+		a := wait(reasonLearnerStarting, msg)
+		a.RequeueAfter = v.o.LostMemberTimeout - plan.Since(v.o.Now, in.StartedAt)
+		return a
 	}
 	if p.PVCFresh {
 		// Promoted on a claim not recorded for it, the member would look like one that lost
@@ -825,3 +851,10 @@ func (o Observation) Evidence() plan.Evidence {
 		MaxLag: o.LearnerMaxLag,
 	}
 }
+
+// MayStartEmpty reports whether member m may start on an empty data directory: a learner (it
+// does not vote; it gets a snapshot) or a member that never started (a learner being added, a
+// founder that starts late). A voting member that started before must never: with an empty
+// log it could vote for a leader that lacks writes it acknowledged. The membership ConfigMap
+// names exactly these members (see the controller's membershipEnv).
+func MayStartEmpty(m etcd.Member) bool { return m.Name == "" || m.IsLearner }

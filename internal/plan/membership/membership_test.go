@@ -437,6 +437,32 @@ func TestDecideMembership(t *testing.T) {
 		{name: "replace: old member removed, no learner yet", fix: cluster3(3).removeMember(1).withIntent(replaceIntent(1)),
 			kind: actAddLearner, member: "etc-1", reason: reasonReplaceMember},
 		{name: "replace: learner added, old claim still in place", fix: replaced(false, 0), kind: actDeletePVC, member: "etc-1", reason: reasonReplaceMember},
+		// Bounded waits (path 5 of issue 9): a learner whose pod never starts is removed past
+		// spec.membership.replaceAfter, and the change starts over.
+		{name: "learner whose pod was never created, within the deadline", fix: cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3).noPod(2),
+			kind: actWait, reason: reasonWaitingForPod},
+		{name: "learner whose pod was never created, past the deadline", fix: func() *mdFix {
+			f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3).noPod(2)
+			f.intent.StartedAt = mdT0.Add(-6 * time.Minute)
+			return f
+		}(), kind: actRemoveMember, member: "etc-2", id: mdID(2), reason: reasonLearnerNeverStarted},
+		{name: "learner whose pod cannot pull its image, past the deadline", fix: func() *mdFix {
+			f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3)
+			f.addPod(2)
+			f.pod(2, func(p *podInfo) { p.Running, p.Ready, p.Problem = false, false, "ImagePullBackOff: not found" })
+			f.intent.StartedAt = mdT0.Add(-6 * time.Minute)
+			return f
+		}(), kind: actRemoveMember, member: "etc-2", id: mdID(2), reason: reasonLearnerNeverStarted,
+			check: func(t *testing.T, a membershipAction) {
+				if !strings.Contains(a.Message, "ImagePullBackOff") {
+					t.Errorf("the message does not say why: %s", a.Message)
+				}
+			}},
+		{name: "the learner that never started is gone: the change starts over", fix: func() *mdFix {
+			f := cluster3(2).want(3).withIntent(addIntent(2)).stsReplicas(3).noPod(2)
+			f.intent.StartedAt = mdT0.Add(-6 * time.Minute)
+			return f
+		}(), kind: actClearIntent, member: "etc-2", reason: reasonLearnerNeverStarted},
 		// emptyDir storage (path 3 of issue 9): the pod plays the claim; there is never a claim
 		// to delete, so a fresh volume is a new pod.
 		{name: "emptyDir: replace, learner added, old pod still in place", fix: replaced(false, 0).ephemeral(),
@@ -593,6 +619,13 @@ type simWorld struct {
 	stsSeen   int32 // the replicas the StatefulSet controller acts on: one pass behind
 	pods      map[int32]*simPod
 	claims    map[int32]*simClaim
+	// refused counts the passes for which the StatefulSet controller's creation of an
+	// ordinal's pod is refused (admission, a quota): the pod is not re-created.
+	refused map[int32]int
+	// ephemeral: emptyDir storage; a pod's data lives and dies with it.
+	ephemeral bool
+	// removedVoters counts RemoveMember steps on voting members (a scenario may forbid them).
+	removedVoters int
 	intent    *membershipIntent
 	nextUID   int
 	log       []string
@@ -603,7 +636,7 @@ const simTimeout = 30 * time.Second
 // newSimWorld is a formed cluster of one member, etc-0.
 func newSimWorld(t *testing.T) *simWorld {
 	w := &simWorld{t: t, now: mdT0, desired: 1, deletePVC: true, index: 5000, nextID: 1, sts: 1, stsSeen: 1,
-		pods: map[int32]*simPod{}, claims: map[int32]*simClaim{}}
+		pods: map[int32]*simPod{}, claims: map[int32]*simClaim{}, refused: map[int32]int{}}
 	w.members = []*simMember{{id: 1, peerURL: mdPeerURL("etc-0"), name: "etc-0", index: 5000}}
 	w.nextID = 2
 	w.leader = 1
@@ -680,10 +713,23 @@ func (w *simWorld) settle() {
 		if w.pods[k] != nil {
 			continue
 		}
-		if w.claims[k] == nil {
+		if w.refused[k] != 0 {
+			w.refused[k]--
+			continue
+		}
+		if w.claims[k] == nil || w.ephemeral {
+			// emptyDir: a new pod has new, empty storage.
 			w.claims[k] = &simClaim{uid: w.uid()}
 		}
 		w.pods[k] = &simPod{claimUID: w.claims[k].uid, nodeReady: true}
+	}
+	if w.ephemeral {
+		// emptyDir: the storage goes with the pod.
+		for k := range w.claims {
+			if w.pods[k] == nil {
+				delete(w.claims, k)
+			}
+		}
 	}
 	// etcd in each pod.
 	for k, p := range w.pods {
@@ -701,14 +747,18 @@ func (w *simWorld) settle() {
 			if dm := w.member(c.data); dm != nil && dm == m {
 				p.serves = m.id
 			}
-		case m != nil:
-			// Empty data dir: etcd joins as the member listed with its peer URL.
+		case m != nil && MayStartEmpty(etcd.Member{Name: m.name, IsLearner: m.learner}):
+			// Empty data dir: etcd joins as the member listed with its peer URL; the membership
+			// ConfigMap names only learners and members that never started.
 			if m.name == "" {
 				m.name = mdName(k)
-				m.index = 0
 			}
+			m.index = 0
 			c.data = m.id
 			p.serves = m.id
+		case m != nil:
+			// Empty data dir of a voting member that started before: the ConfigMap knows it
+			// only by an alias, so etcd refuses to start ("couldn't find local name").
 		}
 		if m != nil && p.serves == m.id && m.learner {
 			c.stamp = m.id // the controller records a learner's claim
@@ -786,6 +836,9 @@ func (w *simWorld) observe() Observation {
 		}
 		if c := w.claims[k]; c != nil {
 			pi.PVCExists, pi.PVCUID, pi.PVCDeleting = true, c.uid, c.deleting
+			if w.ephemeral {
+				pi.Ephemeral, pi.PVCDeleting = true, pi.Deleting
+			}
 			if m := w.memberAt(k); m != nil && m.name != "" {
 				pi.PVCFresh = c.stamp != m.id
 			}
@@ -840,6 +893,9 @@ func (w *simWorld) apply(a membershipAction) {
 		}
 		m.learner = false
 	case actRemoveMember:
+		if m := w.member(a.ID); m != nil && !m.learner {
+			w.removedVoters++
+		}
 		for i, m := range w.members {
 			if m.id == a.ID {
 				w.members = append(w.members[:i], w.members[i+1:]...)
@@ -857,6 +913,9 @@ func (w *simWorld) apply(a membershipAction) {
 	case actScaleStatefulSet:
 		w.sts = a.Replicas
 	case actDeletePVC:
+		if w.ephemeral {
+			t.Fatalf("DeletePVC %s under emptyDir storage", a.Member)
+		}
 		k := simOrd(a.Member)
 		if m := w.memberAt(k); m != nil && w.intact(m) {
 			t.Fatalf("DeletePVC %s: the data of a voting member", a.Member)
@@ -972,6 +1031,17 @@ func simReplace(t *testing.T, rng *rand.Rand, drop float64, limit int, fault fun
 }
 
 var simFaults = map[string]func(w *simWorld){
+	// etc-1's pod is deleted and the StatefulSet controller's re-creation is refused for a
+	// while (admission, a quota): its member is down, with its data on the claim.
+	"pod not re-created": func(w *simWorld) {
+		delete(w.pods, 1)
+		w.refused[1] = 60
+	},
+	// etc-1's data is wiped in place: same pod, same claim, empty data directory.
+	"wiped in place": func(w *simWorld) {
+		w.claims[1].data = 0
+		w.pods[1].age = 0
+	},
 	// The member's claim and pod are deleted: the StatefulSet re-creates both, etcd starts
 	// on an empty volume under the old member ID.
 	"wiped data": func(w *simWorld) {
@@ -1048,4 +1118,82 @@ func TestCrashLoopOnNewTemplateIsNotReplaced(t *testing.T) {
 	if a := Decide(o); a.Kind != actRecordIntent || a.Member != "etc-2" {
 		t.Fatalf("without a rollout: got %s %s (%s), want the replacement to start", a.Kind, a.Member, a.Message)
 	}
+}
+
+// A voting member whose volume is wiped while a learner joins (path 2 of issue 9): it must
+// not rejoin under its old identity; it is replaced after the join.
+func TestDecideMembershipSimulatedWipeDuringJoin(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			w := newSimWorld(t)
+			w.desired = 3
+			w.run(100, nil, 0)
+			w.desired = 4
+			rng := rand.New(rand.NewSource(seed))
+			for step := 0; step < 200; step++ {
+				if l := w.learnerMember(); l != nil {
+					// The learner is in etcd's list: wipe etc-0's data (claim and pod re-created).
+					w.claims[0] = &simClaim{uid: w.uid()}
+					w.pods[0] = &simPod{claimUID: w.claims[0].uid, nodeReady: true}
+					w.log = append(w.log, "--- etc-0 wiped while a learner joins")
+					break
+				}
+				o := w.observe()
+				w.apply(plan.Gate(Decide(o), o.Evidence()))
+				w.now = w.now.Add(time.Second)
+				w.settle()
+			}
+			w.settle()
+			w.run(600, rng, 0.2)
+		})
+	}
+}
+
+// A learner whose pod cannot be created for a long time (path 5): it is removed past the
+// deadline, nothing else is blocked for good, and the cluster converges once pods can start.
+func TestDecideMembershipSimulatedLearnerNeverStarts(t *testing.T) {
+	w := newSimWorld(t)
+	w.desired = 3
+	w.run(100, nil, 0)
+	w.refused[3] = 150
+	w.desired = 4
+	w.run(600, nil, 0)
+	if w.removedVoters != 0 {
+		t.Fatalf("%d voting members removed", w.removedVoters)
+	}
+}
+
+// emptyDir storage (path 3): container restarts keep the data and replace no one; a pod that
+// is re-created starts empty and its member is replaced, never rejoined empty.
+func TestDecideMembershipSimulatedEmptyDir(t *testing.T) {
+	w := newSimWorld(t)
+	w.ephemeral = true
+	w.desired = 3
+	w.run(100, nil, 0)
+	// Container restarts in place: the pod and its emptyDir stay.
+	for _, k := range []int32{0, 1, 2} {
+		w.pods[k].restarts++
+		w.pods[k].age = 0
+	}
+	w.settle()
+	w.run(100, nil, 0)
+	if w.removedVoters != 0 {
+		t.Fatalf("container restarts with their data replaced %d members\n%s", w.removedVoters, strings.Join(w.log, "\n"))
+	}
+	// A pod deleted: the StatefulSet re-creates it with an empty emptyDir.
+	delete(w.pods, 2)
+	w.settle()
+	w.run(200, nil, 0)
+	if w.removedVoters != 1 {
+		t.Fatalf("a re-created emptyDir pod: %d members replaced, want 1\n%s", w.removedVoters, strings.Join(w.log, "\n"))
+	}
+}
+
+func (w *simWorld) learnerMember() *simMember {
+	for _, m := range w.members {
+		if m.learner {
+			return m
+		}
+	}
+	return nil
 }
