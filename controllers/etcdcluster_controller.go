@@ -48,14 +48,6 @@ const (
 	RequeueProgressing = 5 * time.Second
 )
 
-// stepWaits are the waits inside a membership change that end by themselves within seconds.
-var stepWaits = map[string]bool{
-	v1alpha1.ReasonWaitingForPod: true, v1alpha1.ReasonPodTerminating: true, v1alpha1.ReasonVolumeDeleting: true,
-	v1alpha1.ReasonLearnerStarting: true, v1alpha1.ReasonLearnerCatchingUp: true, v1alpha1.ReasonMemberStarting: true,
-	v1alpha1.ReasonRollingOut: true, v1alpha1.ReasonRolloutWaiting: true, v1alpha1.ReasonMemberRestarting: true,
-	v1alpha1.ReasonVersionStep: true,
-}
-
 // OwnedKinds are the kinds the chart renders. The controller watches them, prunes them and
 // deletes them with the cluster.
 var OwnedKinds = []schema.GroupVersionKind{
@@ -241,7 +233,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		next = RequeueProgressing
 	}
 	if a := obs.membership; a != nil && a.Kind == actWait {
-		if stepWaits[a.Reason] {
+		if v1alpha1.ReasonEffects[a.Reason] == v1alpha1.EffectWaits {
 			// A learner starting or catching up shows up in etcd, not as a Kubernetes event.
 			next = time.Second
 		}

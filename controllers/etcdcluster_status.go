@@ -58,16 +58,12 @@ type observation struct {
 	snapshotCount uint64
 }
 
-// degradingWaits are membership waits that need the user's attention.
-var degradingWaits = map[string]bool{
-	v1alpha1.ReasonSplitBrain: true, v1alpha1.ReasonQuorumLost: true, v1alpha1.ReasonUnknownMember: true, v1alpha1.ReasonStaleVolume: true,
-	v1alpha1.ReasonInvalidIntent: true, v1alpha1.ReasonEtcdUnreachable: true, v1alpha1.ReasonQuorumAtRisk: true,
-	v1alpha1.ReasonUpgradeStalled: true, v1alpha1.ReasonLearnerNeverStarted: true,
-}
+// degrades reports whether a reason needs the user's attention (see v1alpha1.ReasonEffects).
+func degrades(reason string) bool { return v1alpha1.ReasonEffects[reason] == v1alpha1.EffectDegrades }
 
 // membershipProgress reports whether the membership step is a change under way.
 func membershipProgress(a *membershipAction) bool {
-	return a != nil && a.Kind != actNone && !degradingWaits[a.Reason] && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
+	return a != nil && a.Kind != actNone && !degrades(a.Reason) && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
 }
 
 // observe reads the StatefulSet from the cache and asks etcd, every pass, at every client URL
@@ -333,7 +329,7 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Reason, c.Message = specErrReason(o.specErr), o.specErr.Error()
 	case o.applyErr != nil:
 		c.Reason, c.Message = v1alpha1.ReasonApplyFailed, o.applyErr.Error()
-	case o.membership != nil && degradingWaits[o.membership.Reason]:
+	case o.membership != nil && degrades(o.membership.Reason):
 		c.Reason, c.Message = o.membership.Reason, o.membership.Message
 	case o.etcd == nil && o.etcdAsked && o.wasAvailable && o.reached > 0:
 		c.Reason = v1alpha1.ReasonQuorumLost

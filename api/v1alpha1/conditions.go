@@ -149,3 +149,51 @@ const (
 	// looks again (the message names the invariant and the members concerned).
 	ReasonStepRefused = "StepRefused"
 )
+
+// Effect says what a reason of the Progressing and Degraded conditions means for the cluster.
+type Effect string
+
+const (
+	// EffectWaits : a wait inside a change that ends by itself within seconds; the operator
+	// looks again after a second.
+	EffectWaits Effect = "Waits"
+	// EffectProgresses : a change under way, or a wait that is part of normal operation.
+	EffectProgresses Effect = "Progresses"
+	// EffectDegrades : the cluster needs the user's attention; Degraded says why.
+	EffectDegrades Effect = "Degrades"
+)
+
+// ReasonEffects declares once, for every reason a planner or the safety gate gives, whether it
+// waits, progresses or degrades.
+var ReasonEffects = map[string]Effect{
+	ReasonBootstrapping:       EffectProgresses,
+	ReasonEtcdUnreachable:     EffectDegrades,
+	ReasonQuorumLost:          EffectDegrades,
+	ReasonNoLeader:            EffectProgresses,
+	ReasonSplitBrain:          EffectDegrades,
+	ReasonUnknownMember:       EffectDegrades,
+	ReasonPodNotMember:        EffectDegrades,
+	ReasonQuorumAtRisk:        EffectDegrades,
+	ReasonStaleVolume:         EffectDegrades,
+	ReasonMemberUnhealthy:     EffectProgresses,
+	ReasonInvalidIntent:       EffectDegrades,
+	ReasonScaleOut:            EffectProgresses,
+	ReasonScaleIn:             EffectProgresses,
+	ReasonReplaceMember:       EffectProgresses,
+	ReasonReaddPod:            EffectProgresses,
+	ReasonAdoptLearner:        EffectProgresses,
+	ReasonWaitingForPod:       EffectWaits,
+	ReasonPodTerminating:      EffectWaits,
+	ReasonVolumeDeleting:      EffectWaits,
+	ReasonLearnerStarting:     EffectWaits,
+	ReasonLearnerCatchingUp:   EffectWaits,
+	ReasonMemberStarting:      EffectWaits,
+	ReasonLeaderUnreachable:   EffectProgresses,
+	ReasonLearnerNeverStarted: EffectDegrades,
+	ReasonRollingOut:          EffectWaits,
+	ReasonRolloutWaiting:      EffectWaits,
+	ReasonMemberRestarting:    EffectWaits,
+	ReasonVersionStep:         EffectWaits,
+	ReasonUpgradeStalled:      EffectDegrades,
+	ReasonStepRefused:         EffectWaits,
+}
