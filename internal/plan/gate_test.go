@@ -184,3 +184,19 @@ func TestGateTurnsARefusalIntoAWait(t *testing.T) {
 		t.Fatalf("got %+v", s)
 	}
 }
+
+// BenchmarkGate is the cost of passing one step through every invariant for a 7-member
+// cluster with a learner: the gate runs once per pass, so it must stay far below a pass.
+func BenchmarkGate(b *testing.B) {
+	f := gCluster(7).member(7, true)
+	steps := []Step{
+		{Kind: DeletePod, Member: gName(6), Reason: v1alpha1.ReasonRollingOut},
+		{Kind: RemoveMember, Member: gName(6), ID: gID(6), Reason: v1alpha1.ReasonScaleIn},
+		{Kind: PromoteLearner, ID: gID(7)},
+		{Kind: ScaleStatefulSet, Replicas: 8},
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_ = Check(steps[i%len(steps)], f.e)
+	}
+}
