@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=$(VERSION) -X github.com/etcd-pilot/etcd-pilot/internal/localcli.Version=$(VERSION)
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
@@ -38,8 +38,9 @@ bench: tools ## Run the benchmarks (render cold and warm, steady-state reconcile
 ##@ Build
 
 .PHONY: build
-build: ## Build bin/etcd-pilot.
+build: ## Build bin/etcd-pilot (the operator) and bin/etcd-pilot-local (the local cluster).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/etcd-pilot .
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/etcd-pilot-local ./cmd/etcd-pilot-local
 
 .PHONY: tools
 tools: ## Build the test binaries from Go modules into bin/ (cached).

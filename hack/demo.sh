@@ -4,12 +4,12 @@
 # write and read a key through the cluster, upgrade it to etcd 3.7.3 (followers first, the
 # leader last after a hand-over) and read the key again, print the members and how long each
 # step took, then shut everything down. KEEP=1 keeps the cluster running (stop it with
-# `bin/etcd-pilot local down`).
+# `bin/etcd-pilot-local down`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 dir=${DIR:-.local}
-pilot=bin/etcd-pilot
+local_bin=bin/etcd-pilot-local
 sample=config/samples/etcdcluster.yaml
 name=$(awk '/^  name:/ {print $2; exit}' "$sample")
 ns=$(awk '/^  namespace:/ {print $2; exit}' "$sample")
@@ -30,14 +30,14 @@ step "build what was missing"
 
 log="$dir.up.log"
 mkdir -p "$(dirname "$log")"
-"$pilot" local up --dir "$dir" >"$log" 2>&1 &
+"$local_bin" up --dir "$dir" >"$log" 2>&1 &
 up_pid=$!
 cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then
-    echo "the local cluster keeps running (KEEP=1): $pilot local exec --dir $dir -- kubectl get etcdc,pods -A; stop it with: $pilot local down --dir $dir"
+    echo "the local cluster keeps running (KEEP=1): $local_bin exec --dir $dir -- kubectl get etcdc,pods -A; stop it with: $local_bin down --dir $dir"
     return
   fi
-  "$pilot" local down --dir "$dir" >/dev/null 2>&1 || kill "$up_pid" 2>/dev/null || true
+  "$local_bin" down --dir "$dir" >/dev/null 2>&1 || kill "$up_pid" 2>/dev/null || true
   wait "$up_pid" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -50,7 +50,7 @@ done
 grep "ready" "$log"
 step "start the local cluster"
 
-x() { "$pilot" local exec --dir "$dir" -- "$@"; }
+x() { "$local_bin" exec --dir "$dir" -- "$@"; }
 x kubectl apply -f "$sample" >/dev/null
 x kubectl wait --for=condition=Available --timeout=180s "etcdcluster/$name" -n "$ns" >/dev/null
 step "apply $sample, wait for Available"

@@ -1,4 +1,6 @@
-// Package cli implements etcd-pilot's subcommands. main only dispatches to Run.
+// Package cli implements etcd-pilot's subcommands. main only dispatches to Run. The local
+// cluster is a binary of its own (cmd/etcd-pilot-local, internal/localcli): this package and
+// the operator's binary must not depend on internal/localcluster.
 package cli
 
 import (
@@ -33,7 +35,6 @@ Usage:
   etcd-pilot manager [flags]              run the controllers
   etcd-pilot render -f cluster.yaml       print the manifests the operator would apply
   etcd-pilot values -f cluster.yaml       print the chart values computed for a cluster
-  etcd-pilot local up|exec|down|...       run a local Kubernetes with pods as processes
   etcd-pilot version                      print the version
 
 Run "etcd-pilot COMMAND -h" for a command's flags.
@@ -53,12 +54,6 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runRender(args[1:], stdin, stdout, stderr)
 	case "values":
 		err = runValues(args[1:], stdin, stdout, stderr)
-	case "local":
-		var code int
-		code, err = runLocal(ctx, args[1:], stdout, stderr)
-		if err == nil && code != 0 {
-			return code
-		}
 	case "version":
 		_, name, chartVersion := embeddedChart()
 		fmt.Fprintf(stdout, "etcd-pilot %s (chart %s %s, default etcd %s)\n", Version, name, chartVersion, v1alpha1.DefaultVersion)

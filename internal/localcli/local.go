@@ -1,4 +1,7 @@
-package cli
+// Package localcli implements etcd-pilot-local, the local cluster's own binary: a Kubernetes
+// cluster on this machine with pods as local processes (internal/localcluster), and the shim
+// its process nodes run containers through. The operator binary does not link it.
+package localcli
 
 import (
 	"context"
@@ -19,45 +22,68 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/node"
 )
 
-const localUsage = `etcd-pilot local runs a Kubernetes cluster on this machine, with pods as local processes.
+// Version is set at build time with -ldflags "-X github.com/etcd-pilot/etcd-pilot/internal/localcli.Version=...".
+var Version = "dev"
 
-Usage:
-  etcd-pilot local up [--dir DIR] [--nodes N] [--operator=true] [-v]
+const usage = `etcd-pilot-local runs a Kubernetes cluster on this machine, with pods as local processes.
+
+Usage: etcd-pilot-local up|exec|down|node|kill-pod|operator|image
+
+  etcd-pilot-local up [--dir DIR] [--nodes N] [--operator=true] [--operator-binary FILE] [-v]
                                               start it; stays in the foreground until interrupted
-  etcd-pilot local exec [--dir DIR] -- CMD [ARG]...
+  etcd-pilot-local exec [--dir DIR] -- CMD [ARG]...
                                               run CMD with KUBECONFIG, kubectl and etcdctl, and
                                               the cluster's names (pod and Service DNS names)
-  etcd-pilot local down [--dir DIR]           stop it and wait until every process is gone
-  etcd-pilot local node stop|start NAME [--dir DIR]
+  etcd-pilot-local down [--dir DIR]           stop it and wait until every process is gone
+  etcd-pilot-local node stop|start NAME [--dir DIR]
                                               fail a node (its pods die, it goes NotReady), or recover it
-  etcd-pilot local kill-pod NAMESPACE/NAME [--dir DIR]
+  etcd-pilot-local kill-pod NAMESPACE/NAME [--dir DIR]
                                               kill a pod's processes, as a crash
-  etcd-pilot local operator stop|start [--dir DIR] [--env KEY=VALUE]... [--clear-env]
+  etcd-pilot-local operator stop|start [--dir DIR] [--env KEY=VALUE]... [--clear-env]
                                               stop the operator until started again
-  etcd-pilot local image map IMAGE FOLDER [--dir DIR]
+  etcd-pilot-local image map IMAGE FOLDER [--dir DIR]
                                               run IMAGE's containers from FOLDER from their next
                                               start (a folder without etcd breaks the image)
-  etcd-pilot local image unmap IMAGE [--dir DIR]
+  etcd-pilot-local image unmap IMAGE [--dir DIR]
                                               back to the default mapping (bin/etcd/vVERSION)
+  etcd-pilot-local version                    print the version
 
-DIR defaults to .local.
+DIR defaults to .local. The operator (--operator-binary) defaults to etcd-pilot next to this
+binary, as make build puts both into bin/; it runs as the operator and as the operator's image.
 `
 
 // defaultLocalDir is the local cluster's folder when --dir is not given (gitignored).
 const defaultLocalDir = ".local"
 
+// operatorBinaryName is the operator binary's file name, looked up next to this executable
+// when --operator-binary is not given.
+const operatorBinaryName = "etcd-pilot"
+
 // localControlTimeout bounds a control request (stopping a node waits for its pods to die).
 const localControlTimeout = 2 * time.Minute
 
-// localDownTimeout bounds `local down`'s wait for the cluster's processes to exit.
+// localDownTimeout bounds `down`'s wait for the cluster's processes to exit.
 const localDownTimeout = 2 * time.Minute
 
-// runLocal runs `etcd-pilot local ...`. It returns the exit code to use when err is nil.
-func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+// Run runs the subcommand named by args[0] and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, localUsage)
-		return 2, nil
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
+	code, err := run(ctx, args, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "etcd-pilot-local %s: %v\n", args[0], err)
+		return 1
+	}
+	return code
+}
+
+// run runs one subcommand. It returns the exit code to use when err is nil.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	switch args[0] {
 	case "up":
 		return localUp(ctx, args[1:], stdout, stderr)
@@ -79,17 +105,20 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 		err := node.ShimMain(args[1:])
 		fmt.Fprintln(stderr, err)
 		return node.ShimFailedExitCode, nil
+	case "version":
+		fmt.Fprintf(stdout, "etcd-pilot-local %s\n", Version)
+		return 0, nil
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, localUsage)
+		fmt.Fprint(stdout, usage)
 		return 0, nil
 	default:
-		fmt.Fprintf(stderr, "unknown command %q\n\n%s", "local "+args[0], localUsage)
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
 		return 2, nil
 	}
 }
 
 // localFlags parses args, flags and positional arguments in any order (as in
-// `local node stop NAME --dir DIR`), and returns the positional ones.
+// `node stop NAME --dir DIR`), and returns the positional ones.
 func localFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -105,10 +134,10 @@ func localFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func newLocalFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("local "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\nFlags of local %s:\n", localUsage, name)
+		fmt.Fprintf(stderr, "%s\nFlags of %s:\n", usage, name)
 		fs.PrintDefaults()
 	}
 	dir := fs.String("dir", defaultLocalDir, "the local cluster's folder")
@@ -123,6 +152,7 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	nodes := fs.Int("nodes", 3, "number of process nodes")
 	operator := fs.Bool("operator", true, "run the operator (restarted when it crashes)")
 	verbose := fs.Bool("v", false, "print each start-up step")
+	operatorBin := fs.String("operator-binary", "", "the operator binary: run as the operator (its manager command) and as the operator's image (default: "+operatorBinaryName+" next to this binary)")
 	if pos, err := localFlags(fs, args); err != nil {
 		return 0, err
 	} else if len(pos) > 0 {
@@ -141,20 +171,25 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	if err != nil {
 		return 0, err
 	}
+	opBin, err := operatorBinary(*operatorBin, exe)
+	if err != nil {
+		return 0, err
+	}
 
 	if os.Getenv(localcluster.InNamespaceEnv) == "1" {
 		opts := localcluster.Options{
-			Dir:        dir,
-			Nodes:      *nodes,
-			Operator:   *operator,
-			Binaries:   localcluster.LocateBinaries(root),
-			Executable: exe,
+			Dir:            dir,
+			Nodes:          *nodes,
+			Operator:       *operator,
+			Binaries:       localcluster.LocateBinaries(root),
+			Executable:     exe,
+			OperatorBinary: opBin,
 		}
 		return 0, upInNamespace(ctx, opts, *dirFlag, *verbose, stdout, stderr)
 	}
 
 	if st, err := localcluster.ReadState(dir); err == nil {
-		return 0, fmt.Errorf("a local cluster is already running in %s (pid %d); stop it with: %s local down%s", *dirFlag, st.Pid, os.Args[0], dirArg(*dirFlag))
+		return 0, fmt.Errorf("a local cluster is already running in %s (pid %d); stop it with: %s down%s", *dirFlag, st.Pid, os.Args[0], dirArg(*dirFlag))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("failed to create %s: %w", dir, err)
@@ -162,7 +197,7 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	if _, err := localcluster.EnsureBinaries(root, stderr); err != nil {
 		return 0, err
 	}
-	cmd := localcluster.NamespacedCommand(exe, append([]string{"local", "up"}, args...))
+	cmd := localcluster.NamespacedCommand(exe, append([]string{"up"}, args...))
 	cmd.Args[0] = os.Args[0] // so the ready line names the command as the user typed it
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("failed to start the local cluster in a mount namespace of its own: %w", err)
@@ -180,6 +215,27 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	err = cmd.Wait()
 	close(done)
 	return exitCode(err)
+}
+
+// operatorBinary returns the absolute path of the operator binary: flagValue, or
+// operatorBinaryName next to exe when flagValue is empty. It fails when that file is not an
+// executable file, saying how to build it.
+func operatorBinary(flagValue, exe string) (string, error) {
+	path := flagValue
+	if path == "" {
+		path = filepath.Join(filepath.Dir(exe), operatorBinaryName)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("failed to resolve --operator-binary: %w", err)
+	}
+	if err := localcluster.CheckOperatorBinary(abs); err != nil {
+		if flagValue == "" {
+			return "", fmt.Errorf("%w: run make build, which builds bin/%s next to bin/etcd-pilot-local, or name the operator binary with --operator-binary", err, operatorBinaryName)
+		}
+		return "", fmt.Errorf("%w: run make build and pass bin/%s, or leave --operator-binary out", err, operatorBinaryName)
+	}
+	return abs, nil
 }
 
 // upInNamespace runs the local cluster in the mount namespace localUp created, until ctx
@@ -206,7 +262,7 @@ func upInNamespace(ctx context.Context, opts localcluster.Options, dirFlag strin
 		Socket:     filepath.Join(opts.Dir, "control.sock"),
 		Started:    start,
 	}
-	// Written first, so `local down` can stop a cluster that is still starting.
+	// Written first, so `down` can stop a cluster that is still starting.
 	if err := localcluster.WriteState(st); err != nil {
 		return err
 	}
@@ -238,7 +294,7 @@ func upInNamespace(ctx context.Context, opts localcluster.Options, dirFlag strin
 	}()
 
 	kubeconfig := filepath.Join(dirFlag, "kubeconfig")
-	fmt.Fprintf(stdout, "local cluster ready in %.1fs: export KUBECONFIG=%s, or run: %s local exec%s -- kubectl get etcdc,pods\n",
+	fmt.Fprintf(stdout, "local cluster ready in %.1fs: export KUBECONFIG=%s, or run: %s exec%s -- kubectl get etcdc,pods\n",
 		time.Since(start).Seconds(), kubeconfig, os.Args[0], dirArg(dirFlag))
 
 	select {
@@ -266,7 +322,7 @@ func localExec(args []string, stderr io.Writer) (int, error) {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
-		return 0, errors.New("name the command to run: local exec [--dir DIR] -- CMD [ARG]...")
+		return 0, errors.New("name the command to run: exec [--dir DIR] -- CMD [ARG]...")
 	}
 	st, err := readState(*dirFlag)
 	if err != nil {
@@ -303,7 +359,7 @@ func readState(dirFlag string) (*localcluster.State, error) {
 	}
 	st, err := localcluster.ReadState(dir)
 	if errors.Is(err, localcluster.ErrNotRunning) {
-		return nil, fmt.Errorf("%w; start one with: %s local up%s", err, os.Args[0], dirArg(dirFlag))
+		return nil, fmt.Errorf("%w; start one with: %s up%s", err, os.Args[0], dirArg(dirFlag))
 	}
 	return st, err
 }
@@ -357,7 +413,7 @@ func localNode(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) != 2 || (pos[0] != "stop" && pos[0] != "start") {
-		return errors.New("usage: local node stop|start NAME [--dir DIR]")
+		return errors.New("usage: node stop|start NAME [--dir DIR]")
 	}
 	action := localcluster.ActionNodeStop
 	if pos[0] == "start" {
@@ -373,7 +429,7 @@ func localKillPod(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errors.New("usage: local kill-pod NAMESPACE/NAME [--dir DIR]")
+		return errors.New("usage: kill-pod NAMESPACE/NAME [--dir DIR]")
 	}
 	ns, name, ok := strings.Cut(pos[0], "/")
 	if !ok {
@@ -388,7 +444,7 @@ func localImage(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	usage := errors.New("usage: local image map IMAGE FOLDER | local image unmap IMAGE [--dir DIR]")
+	usage := errors.New("usage: image map IMAGE FOLDER | image unmap IMAGE [--dir DIR]")
 	path := filepath.Join(*dirFlag, localcluster.ImageOverridesFile)
 	switch {
 	case len(pos) == 3 && pos[0] == "map":
@@ -398,6 +454,12 @@ func localImage(args []string, stderr io.Writer) error {
 	}
 	return usage
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func localOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	fs, dirFlag := newLocalFlagSet("operator", stderr)
@@ -409,7 +471,7 @@ func localOperator(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 || (pos[0] != "stop" && pos[0] != "start") {
-		return errors.New("usage: local operator stop|start [--dir DIR]")
+		return errors.New("usage: operator stop|start [--dir DIR]")
 	}
 	action := localcluster.ActionOperatorStop
 	params := url.Values{}

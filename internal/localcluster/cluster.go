@@ -48,13 +48,17 @@ type Options struct {
 	Dir string
 	// Nodes is the number of process nodes, named local-node-1..N in zones zone-a, zone-b...
 	Nodes int
-	// Operator runs the operator (Executable manager) and restarts it when it crashes.
+	// Operator runs the operator (OperatorBinary manager) and restarts it when it crashes.
 	Operator bool
 	// Binaries locates the Kubernetes and etcd builds and the repository (for the CRDs).
 	Binaries Binaries
-	// Executable is the etcd-pilot binary: the nodes' shim, the operator, and the only file of
-	// the operator's image (see InstallOperatorImage).
+	// Executable is the local cluster's own binary (etcd-pilot-local): the process nodes run
+	// each container through its hidden shim command (Executable shim).
 	Executable string
+	// OperatorBinary is the operator's binary (etcd-pilot, a separate build that does not
+	// link this package): the operator that runs when Operator is set, and the only file of
+	// the operator's image (see InstallOperatorImage). It must pass CheckOperatorBinary.
+	OperatorBinary string
 	// Names is the name view every process of the cluster resolves through.
 	Names NameView
 	// Progress, if set, is called as each step completes.
@@ -98,6 +102,12 @@ type Cluster struct {
 func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Nodes < 1 {
 		return nil, fmt.Errorf("need at least one node, got %d", opts.Nodes)
+	}
+	if opts.Executable == "" {
+		return nil, errors.New("no local cluster executable to run the process nodes' shim")
+	}
+	if err := CheckOperatorBinary(opts.OperatorBinary); err != nil {
+		return nil, err
 	}
 	if opts.Progress == nil {
 		opts.Progress = func(string) {}
@@ -178,7 +188,7 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Operator {
 		opCtx, opStop := context.WithCancel(context.Background())
 		c.operatorStop = opStop
-		c.operator = newSupervisor("operator", opts.Executable,
+		c.operator = newSupervisor("operator", opts.OperatorBinary,
 			[]string{"manager", "--metrics-bind-address=0", "--health-probe-bind-address=0"},
 			[]string{"KUBECONFIG=" + c.Kubeconfig}, filepath.Join(logs, "operator.log"), c.log.WithName("operator"))
 		if err := truncate(c.operator.logPath); err != nil {
@@ -201,7 +211,7 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 	nodesCtx, nodesStop := context.WithCancel(context.Background())
 	c.nodesStop = nodesStop
 	ips := node.NewIPAllocator(prefix)
-	operatorDir, err := InstallOperatorImage(c.opts.Dir, c.opts.Executable)
+	operatorDir, err := InstallOperatorImage(c.opts.Dir, c.opts.OperatorBinary)
 	if err != nil {
 		return err
 	}
@@ -220,7 +230,7 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 			Images: images,
 			IPs:    ips,
 			Names:  c.opts.Names,
-			Shim:   []string{c.opts.Executable, "local", "shim"},
+			Shim:   []string{c.opts.Executable, "shim"},
 			Log:    log,
 			// Tearing the cluster down need not wait for etcd members to leave gracefully:
 			// the next up starts from empty volumes anyway.

@@ -48,7 +48,7 @@ func Images(etcdRoot, operatorDir string) func(image string) (string, error) {
 			return etcdImage(etcdRoot, image, tag)
 		case operatorRepoName:
 			if fi, err := os.Stat(filepath.Join(operatorDir, operatorCommand)); operatorDir == "" || err != nil || fi.IsDir() {
-				return "", fmt.Errorf("image %s is the operator's image, but this local cluster has no operator binary in %q: `local up` installs it", image, operatorDir)
+				return "", fmt.Errorf("image %s is the operator's image, but this local cluster has no operator binary in %q: `etcd-pilot-local up` installs it from --operator-binary", image, operatorDir)
 			}
 			return operatorDir, nil
 		}
@@ -81,6 +81,25 @@ func etcdImage(etcdRoot, image, tag string) (string, error) {
 		return "", fmt.Errorf("image %s needs etcd %s, which is not built: run hack/build-etcd.sh %s", image, version, version)
 	}
 	return dir, nil
+}
+
+// CheckOperatorBinary fails unless path names an executable regular file (after symbolic
+// links): the operator binary the local cluster runs and installs as the operator's image.
+func CheckOperatorBinary(path string) error {
+	if path == "" {
+		return errors.New("no operator binary given")
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("the operator binary %s is missing", path)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to check the operator binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("the operator binary %s is not an executable file", path)
+	}
+	return nil
 }
 
 // InstallOperatorImage makes dir/OperatorImageDir the operator's image folder: a fresh folder

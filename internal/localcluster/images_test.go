@@ -22,7 +22,7 @@ func TestImages(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "v3.5.1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// The operator's image folder, as `local up` installs it from its own executable.
+	// The operator's image folder, as `etcd-pilot-local up` installs it from the operator binary.
 	exe := filepath.Join(t.TempDir(), "bin", "etcd-pilot")
 	if err := os.MkdirAll(filepath.Dir(exe), 0o755); err != nil {
 		t.Fatal(err)
@@ -135,6 +135,38 @@ func TestInstallOperatorImage(t *testing.T) {
 
 	if _, err := InstallOperatorImage(cluster, filepath.Join(dir, "missing")); err == nil {
 		t.Error("installing a missing executable succeeded")
+	}
+}
+
+func TestCheckOperatorBinary(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "etcd-pilot")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("etcd-pilot", link); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path    string
+		wantErr string
+	}{
+		{path: exe},
+		{path: link},
+		{path: "", wantErr: "no operator binary"},
+		{path: filepath.Join(dir, "missing"), wantErr: "is missing"},
+		{path: dir, wantErr: "not an executable file"},
+		{path: plain, wantErr: "not an executable file"},
+	} {
+		err := CheckOperatorBinary(tc.path)
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("CheckOperatorBinary(%q) = %v, want %q", tc.path, err, tc.wantErr)
+		}
 	}
 }
 

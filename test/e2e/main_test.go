@@ -1,4 +1,4 @@
-// Package e2e runs etcd-pilot end to end on the local cluster (`etcd-pilot local up`): a real
+// Package e2e runs etcd-pilot end to end on the local cluster (`etcd-pilot-local up`): a real
 // kube-apiserver, controller-manager and scheduler, process nodes running real etcd members,
 // and the operator. One local cluster serves the whole suite; each test gets a namespace.
 package e2e
@@ -30,7 +30,7 @@ import (
 
 var (
 	root    string // repository root
-	bin     string // bin/etcd-pilot
+	bin     string // bin/etcd-pilot-local, which runs bin/etcd-pilot as the operator
 	dir     string // the local cluster's folder
 	k8s     client.Client
 	upStart time.Duration
@@ -43,9 +43,10 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	wd, _ := os.Getwd()
 	root = filepath.Join(wd, "..", "..")
-	bin = filepath.Join(root, "bin", "etcd-pilot")
+	bin = filepath.Join(root, "bin", "etcd-pilot-local")
+	// Builds both binaries: the local cluster's and the operator's it runs.
 	if out, err := exec.Command("make", "-C", root, "build").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "failed to build etcd-pilot: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "failed to build etcd-pilot and etcd-pilot-local: %v\n%s", err, out)
 		return 1
 	}
 	var err error
@@ -115,10 +116,10 @@ func processesUnder(dir string) []string {
 	return out
 }
 
-// startLocal runs `etcd-pilot local up` and waits for its ready line.
+// startLocal runs `etcd-pilot-local up` and waits for its ready line.
 func startLocal() (*exec.Cmd, error) {
 	start := time.Now()
-	cmd := exec.Command(bin, "local", "up", "--dir", dir)
+	cmd := exec.Command(bin, "up", "--dir", dir)
 	cmd.Dir = root
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -184,10 +185,10 @@ func dumpLogs() {
 	}
 }
 
-// local runs `etcd-pilot local ARGS...` against the suite's cluster.
+// local runs `etcd-pilot-local ARGS...` against the suite's cluster.
 func local(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	full := append([]string{"local", args[0], "--dir", dir}, args[1:]...)
+	full := append([]string{args[0], "--dir", dir}, args[1:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, full...)

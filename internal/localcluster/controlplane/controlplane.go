@@ -1,6 +1,6 @@
 // Package controlplane runs a Kubernetes control plane on loopback from local binaries: an
 // etcd for the API server, kube-apiserver, kube-controller-manager and kube-scheduler. It is
-// the control plane of `etcd-pilot local` and of the end-to-end tests; no kubelet runs, the
+// the control plane of `etcd-pilot-local` and of the end-to-end tests; no kubelet runs, the
 // process nodes of internal/localcluster/node play that part.
 package controlplane
 

@@ -62,7 +62,7 @@ type Config struct {
 	IPs *IPAllocator
 	// Names publishes each pod's DNS names before its processes start.
 	Names NameView
-	// Shim is the argv prefix that runs ShimMain (for example {"/path/etcd-pilot", "local",
+	// Shim is the argv prefix that runs ShimMain (for example {"/path/etcd-pilot-local",
 	// "shim"}); the node appends the shim's flags, "--", the command and its args.
 	Shim []string
 	// Log receives the node's log lines.
