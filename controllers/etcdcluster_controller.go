@@ -32,6 +32,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -225,14 +226,14 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		return ctrl.Result{}, nil
 	}
 	c.Status.ObservedGeneration = c.Generation
-	if a := obs.membership; a != nil && a.Kind != actNone && a.Kind != actWait {
+	if a := obs.membership; a != nil && a.Kind != plan.None && a.Kind != plan.Wait {
 		return ctrl.Result{RequeueAfter: requeueMembership}, nil
 	}
 	next := RequeueSettled
 	if isTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
 		next = RequeueProgressing
 	}
-	if a := obs.membership; a != nil && a.Kind == actWait {
+	if a := obs.membership; a != nil && a.Kind == plan.Wait {
 		if v1alpha1.ReasonEffects[a.Reason] == v1alpha1.EffectWaits {
 			// A learner starting or catching up shows up in etcd, not as a Kubernetes event.
 			next = time.Second

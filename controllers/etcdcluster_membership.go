@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,29 +51,29 @@ const (
 
 // reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
 // StatefulSet's replicas, and carries out at most one membership step.
-func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membershipAction, error) {
+func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (plan.Step, error) {
 	mo, err := r.memberObservation(ctx, c, t, o)
 	if err != nil {
-		return membershipAction{}, err
+		return plan.Step{}, err
 	}
 	// Until the cluster first formed, the StatefulSet runs exactly the founding members
 	// recorded at the first render, whatever spec.replicas says meanwhile.
-	var a membershipAction
+	var a plan.Step
 	switch {
 	case c.Status.ClusterID == "" && mo.StsReplicas != mo.Founders:
-		a = membershipAction{Kind: actScaleStatefulSet, Replicas: mo.Founders, Reason: v1alpha1.ReasonBootstrapping,
+		a = plan.Step{Kind: plan.ScaleStatefulSet, Replicas: mo.Founders, Reason: v1alpha1.ReasonBootstrapping,
 			Message: fmt.Sprintf("starting the %d founding members", mo.Founders)}
 	case !mo.Bootstrapped:
 		msg := fmt.Sprintf("the %d founding members are forming the cluster", mo.Founders)
 		if mo.Desired != mo.Founders {
 			msg += fmt.Sprintf("; spec.replicas (%d) applies once it has formed", mo.Desired)
 		}
-		a = membershipAction{Kind: actWait, Reason: v1alpha1.ReasonBootstrapping, Message: msg}
+		a = plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonBootstrapping, Message: msg}
 	default:
 		a = membership.Decide(mo)
 		// Once membership matches the spec (or only waits for an unhealthy member, which may be
 		// one restarting or failing on a new template), the pod template may roll out.
-		if o.sts != nil && (a.Kind == actNone || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
+		if o.sts != nil && (a.Kind == plan.None || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
 			step, target := versionTargets(c)
 			ro := rollout.Observation{
 				UpdateRevision: o.sts.Status.UpdateRevision,
@@ -88,7 +87,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
 				ro.MemberTimeout = d.Duration
 			}
-			if ra := rollout.Decide(ro); ra.Kind != actNone {
+			if ra := rollout.Decide(ro); ra.Kind != plan.None {
 				a = ra
 			}
 			o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
@@ -125,11 +124,11 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		mo.UpdateRevision = o.sts.Status.UpdateRevision
 	}
 	if raw := c.Annotations[IntentAnnotation]; raw != "" {
-		in := &membershipIntent{}
+		in := &plan.Intent{}
 		if err := json.Unmarshal([]byte(raw), in); err != nil {
 			// An unreadable intent must not be mistaken for none: the engine abandons it
 			// (InvalidIntent) and starts over from etcd's member list.
-			in = &membershipIntent{Op: "unreadable", Reason: err.Error()}
+			in = &plan.Intent{Op: "unreadable", Reason: err.Error()}
 		}
 		mo.Intent = in
 	}
@@ -153,18 +152,18 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	if err := r.Client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
 		return mo, fmt.Errorf("failed to list member volume claims: %w", err)
 	}
-	byOrdinal := map[int32]*podInfo{}
-	info := func(k int32) *podInfo {
+	byOrdinal := map[int32]*plan.Pod{}
+	info := func(k int32) *plan.Pod {
 		if p, ok := byOrdinal[k]; ok {
 			return p
 		}
-		p := &podInfo{Name: fmt.Sprintf("%s-%d", t.statefulSet, k), Ordinal: k, NodeReady: true}
+		p := &plan.Pod{Name: fmt.Sprintf("%s-%d", t.statefulSet, k), Ordinal: k, NodeReady: true}
 		byOrdinal[k] = p
 		return p
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		k, ok := ordinal(t.statefulSet, pod.Name)
+		k, ok := plan.Ordinal(t.statefulSet, pod.Name)
 		if !ok {
 			continue
 		}
@@ -198,7 +197,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		if !ok {
 			continue
 		}
-		k, ok := ordinal(t.statefulSet, podName)
+		k, ok := plan.Ordinal(t.statefulSet, podName)
 		if !ok {
 			continue
 		}
@@ -215,7 +214,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		claimList = nil
 		for i := range pods.Items {
 			pod := &pods.Items[i]
-			k, ok := ordinal(t.statefulSet, pod.Name)
+			k, ok := plan.Ordinal(t.statefulSet, pod.Name)
 			if !ok {
 				continue
 			}
@@ -234,7 +233,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	}
 	for podName, stamp := range stamps {
 		id, ok := memberIDs[podName]
-		k, _ := ordinal(t.statefulSet, podName)
+		k, _ := plan.Ordinal(t.statefulSet, podName)
 		if p := byOrdinal[k]; ok {
 			p.PVCFresh = freshData(stamp, id, anyStamped, p.Running, p.RestartCount, ephemeral)
 		}
@@ -283,18 +282,6 @@ func containerProblem(cs corev1.ContainerStatus) string {
 	return strings.Join(parts, "; ")
 }
 
-func ordinal(sts, pod string) (int32, bool) {
-	rest, ok := strings.CutPrefix(pod, sts+"-")
-	if !ok {
-		return 0, false
-	}
-	k, err := strconv.ParseInt(rest, 10, 32)
-	if err != nil || k < 0 || strconv.FormatInt(k, 10) != rest {
-		return 0, false
-	}
-	return int32(k), true
-}
-
 // FoundersAnnotation on the membership ConfigMap records the founding member list
 // ("name=peerURL,..."), written once when the ConfigMap is first created and never changed:
 // the first formation runs exactly these members.
@@ -318,8 +305,13 @@ const noMemberMayStart = "no-member-is-joining=http://127.0.0.1:1"
 //     fails to start instead of rejoining under its old identity with an empty log, and is
 //     replaced.
 func membershipEnv(mo membership.Observation) map[string]string {
-	if !mo.Bootstrapped || mo.Etcd == nil {
+	if !mo.Bootstrapped {
 		return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(mo.FoundingList, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}
+	}
+	if mo.Etcd == nil {
+		// Formed, but etcd did not answer in this pass: nobody may start empty until it does
+		// (the founding list with "new" would let a wiped founder form a second cluster).
+		return map[string]string{"ETCD_INITIAL_CLUSTER": noMemberMayStart, "ETCD_INITIAL_CLUSTER_STATE": "existing"}
 	}
 	var parts []string
 	empty := false
@@ -352,13 +344,7 @@ func podOfPeerURL(mo membership.Observation, u string) string {
 	if mo.Etcd != nil {
 		limit += int32(len(mo.Etcd.Cluster.Members))
 	}
-	for k := int32(0); k < limit; k++ {
-		name := fmt.Sprintf("%s-%d", mo.StatefulSet, k)
-		if mo.PeerURL(name) == u {
-			return name
-		}
-	}
-	return ""
+	return plan.PodOfPeerURL(mo.StatefulSet, mo.PeerURL, limit, []string{u})
 }
 
 // foundingList is the founding member list for n members.
@@ -541,25 +527,25 @@ func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.Etc
 }
 
 // act carries out one membership step.
-func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, a membershipAction) error {
-	if a.Kind == actNone || a.Kind == actWait {
+func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, a plan.Step) error {
+	if a.Kind == plan.None || a.Kind == plan.Wait {
 		return nil
 	}
 	log.FromContext(ctx).Info("membership step", "step", a.Kind, "member", a.Member, "reason", a.Reason, "message", a.Message)
 	var err error
 	switch a.Kind {
-	case actRecordIntent:
+	case plan.RecordIntent:
 		err = r.setIntent(ctx, c, a.Intent)
-	case actClearIntent:
+	case plan.ClearIntent:
 		err = r.setIntent(ctx, c, nil)
-	case actScaleStatefulSet:
+	case plan.ScaleStatefulSet:
 		err = r.scaleStatefulSet(ctx, c, t, a.Replicas, mo.StsReplicas)
-	case actDeletePVC:
+	case plan.DeletePVC:
 		// The UID precondition: the claim observed in this pass, never one created since.
 		uid := observedUID(mo, a.Member, true)
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "data-" + a.Member}}
 		err = ignoreGone(r.Client.Delete(ctx, pvc, client.Preconditions{UID: &uid}))
-	case actDeletePod:
+	case plan.DeletePod:
 		uid := observedUID(mo, a.Member, false)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: a.Member}}
 		opts := []client.DeleteOption{client.Preconditions{UID: &uid}}
@@ -574,7 +560,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
-	if a.Kind == actMoveLeader {
+	if a.Kind == plan.MoveLeader {
 		metricLeaderMoves.WithLabelValues(c.Namespace, c.Name).Inc()
 	}
 	if r.AfterStep != nil {
@@ -608,7 +594,7 @@ func ignoreGone(err error) error {
 }
 
 // etcdStep carries out the steps that call etcd.
-func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo membership.Observation, a membershipAction) error {
+func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo membership.Observation, a plan.Step) error {
 	var endpoints []string
 	for _, m := range mo.Etcd.Cluster.Members {
 		if _, ok := mo.Etcd.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
@@ -623,13 +609,13 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 	cctx, cancel := context.WithTimeout(ctx, 2*r.EtcdTimeout)
 	defer cancel()
 	switch a.Kind {
-	case actAddLearner:
+	case plan.AddLearner:
 		_, err = cl.AddLearner(cctx, []string{a.PeerURL})
-	case actPromoteLearner:
+	case plan.PromoteLearner:
 		err = cl.Promote(cctx, a.ID)
-	case actRemoveMember:
+	case plan.RemoveMember:
 		err = cl.Remove(cctx, a.ID)
-	case actMoveLeader:
+	case plan.MoveLeader:
 		leader, ok := "", false
 		for _, m := range mo.Etcd.Cluster.Members {
 			if m.ID == a.ID && len(m.ClientURLs) > 0 {
@@ -640,7 +626,7 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 			return fmt.Errorf("the leader %s has no client URL", etcd.FormatID(a.ID))
 		}
 		err = cl.MoveLeader(cctx, leader, a.Target)
-	case actAdvanceLog:
+	case plan.AdvanceLog:
 		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 		defer acancel()
 		err = cl.AdvanceLog(actx, a.Entries)
@@ -654,7 +640,7 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 // optimistic lock: when the object changed since this pass read it (another operator replica
 // during a leader-election hand-over, or a user's edit) the write fails and the next pass
 // decides again from what is stored.
-func (r *EtcdClusterReconciler) setIntent(ctx context.Context, c *v1alpha1.EtcdCluster, in *membershipIntent) error {
+func (r *EtcdClusterReconciler) setIntent(ctx context.Context, c *v1alpha1.EtcdCluster, in *plan.Intent) error {
 	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
@@ -721,7 +707,7 @@ const EtcdContainer = "etcd"
 
 // podState fills p from the member pod: existence, readiness, the etcd container's state
 // (found by name, whatever other containers the pod has), the template revision.
-func podState(p *podInfo, pod *corev1.Pod) {
+func podState(p *plan.Pod, pod *corev1.Pod) {
 	p.Exists, p.Deleting, p.UID = true, pod.DeletionTimestamp != nil, string(pod.UID)
 	p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 	p.FailingSince = pod.CreationTimestamp.Time

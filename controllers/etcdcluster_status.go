@@ -45,7 +45,7 @@ type observation struct {
 
 	// membership is the membership step of this pass; nil when none was considered
 	// (paused, invalid spec, nothing applied yet).
-	membership *membershipAction
+	membership *plan.Step
 
 	// upgrade is the rollout's progress when upgradeKnown (the rollout was considered).
 	upgrade      *v1alpha1.UpgradeStatus
@@ -62,8 +62,8 @@ type observation struct {
 func degrades(reason string) bool { return v1alpha1.ReasonEffects[reason] == v1alpha1.EffectDegrades }
 
 // membershipProgress reports whether the membership step is a change under way.
-func membershipProgress(a *membershipAction) bool {
-	return a != nil && a.Kind != actNone && !degrades(a.Reason) && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
+func membershipProgress(a *plan.Step) bool {
+	return a != nil && a.Kind != plan.None && !degrades(a.Reason) && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
 }
 
 // observe reads the StatefulSet from the cache and asks etcd, every pass, at every client URL

@@ -38,6 +38,7 @@ func TestMembershipEnvNamesOnlyMembersThatMayStartEmpty(t *testing.T) {
 			return o
 		}(), "etcd-0=" + peer("etcd-0") + ",etcd-1=" + peer("etcd-1") + ",etcd-2=" + peer("etcd-2"), "new"},
 		{"formed, nobody joining: no member may start empty", obs(formed...), noMemberMayStart, "existing"},
+		{"formed, etcd did not answer in this pass: no member may start empty, never the founders' \"new\"", obs(), noMemberMayStart, "existing"},
 		{"a learner joining: only it by name", obs(append(formed, member(0xd, "", "etcd-3", true))...),
 			"etcd-3=" + peer("etcd-3") + ",member-a=" + peer("etcd-0") + ",member-b=" + peer("etcd-1") + ",member-c=" + peer("etcd-2"), "existing"},
 		{"a started learner: only it by name (it does not vote; empty, it gets a snapshot)", obs(append(formed, member(0xd, "etcd-3", "etcd-3", true))...),

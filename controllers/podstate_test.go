@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
 // TestPodStateReadsTheEtcdContainerByName (path 7 of issue 9): a sidecar listed after the etcd
@@ -32,7 +34,7 @@ func TestPodStateReadsTheEtcdContainerByName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &podInfo{}
+			p := &plan.Pod{}
 			podState(p, tt.pod)
 			if p.Running != tt.running || p.CrashLooping != tt.looping || p.RestartCount != tt.restarts {
 				t.Fatalf("running %v crash looping %v restarts %d; want %v %v %d", p.Running, p.CrashLooping, p.RestartCount, tt.running, tt.looping, tt.restarts)

@@ -3,7 +3,6 @@ package plan
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -141,16 +140,7 @@ func (v *evidenceView) podByPeerURL(m etcd.Member) string {
 		limit = max(limit, p.Ordinal+1)
 	}
 	limit += int32(len(v.e.Etcd.Cluster.Members))
-	for k := int32(0); k < limit; k++ {
-		name := v.e.StatefulSet + "-" + strconv.Itoa(int(k))
-		u := v.e.PeerURL(name)
-		for _, p := range m.PeerURLs {
-			if p == u {
-				return name
-			}
-		}
-	}
-	return ""
+	return PodOfPeerURL(v.e.StatefulSet, v.e.PeerURL, limit, m.PeerURLs)
 }
 
 func (v *evidenceView) member(id uint64) (etcd.Member, bool) {
@@ -205,15 +195,21 @@ func (v *evidenceView) dataGone(m etcd.Member) (string, bool) {
 		return "", false
 	}
 	p, ok := v.pods[v.podOf[m.ID]]
-	return DataGone(p, ok)
+	_, answers := v.status[m.ID]
+	return DataGone(p, ok, answers)
 }
 
 // DataGone says why the data of a started voting member whose ordinal has evidence p (ok false
 // when the ordinal has neither pod nor claim) is gone, if it is: its claim (or, for emptyDir
 // storage, its pod) is missing, being deleted, or newer than the member. Such a member may
 // still answer (it restarted empty and got a snapshot) but must not vote: it may have
-// acknowledged writes it no longer holds.
-func DataGone(p Pod, ok bool) (string, bool) {
+// acknowledged writes it no longer holds. A member that answers (answering) while neither its
+// pod nor its claim is seen is not taken for gone: it runs in a pod, so the view of the pods
+// (a cache) is behind etcd, and the next pass looks again.
+func DataGone(p Pod, ok, answering bool) (string, bool) {
+	if answering && (!ok || (!p.Exists && !p.PVCExists)) {
+		return "", false
+	}
 	switch {
 	case (!ok || !p.PVCExists) && p.Ephemeral:
 		return "its pod is gone, and its emptyDir data with it", true
@@ -421,11 +417,7 @@ func scaleDownOnlyNonVoters(s Step, v *evidenceView) string {
 	var voters []string
 	for _, m := range v.voters {
 		name := v.podOf[m.ID]
-		rest, ok := strings.CutPrefix(name, v.e.StatefulSet+"-")
-		if !ok {
-			continue
-		}
-		if k, err := strconv.Atoi(rest); err == nil && int32(k) >= s.Replicas {
+		if k, ok := Ordinal(v.e.StatefulSet, name); ok && k >= s.Replicas {
 			voters = append(voters, name)
 		}
 	}

@@ -122,6 +122,10 @@ func TestGate(t *testing.T) {
 		{"scale in while another voter is down", gCluster(3).down(1).with(func(e *Evidence) { e.Desired = 1 }), remove(2, v1alpha1.ReasonScaleIn),
 			"VotersUpBeforeDisruption", "etc-1"},
 		{"replace a voter whose claim is gone", gCluster(3).pod(2, func(p *Pod) { p.PVCExists = false }), remove(2, v1alpha1.ReasonReplaceMember), "", ""},
+		{"an answering voter whose pod and claim the cache does not show yet is not gone", gCluster(3).with(func(e *Evidence) { e.Pods = e.Pods[:2] }),
+			remove(2, v1alpha1.ReasonReplaceMember), "NoHealthyVoterRemoved", "healthy voting member"},
+		{"a silent voter with neither pod nor claim is gone", gCluster(3).down(2).with(func(e *Evidence) { e.Pods = e.Pods[:2] }),
+			remove(2, v1alpha1.ReasonReplaceMember), "", ""},
 		{"remove a learner", gCluster(3).member(3, true), remove(3, v1alpha1.ReasonScaleIn), "", ""},
 
 		{"add a learner", gCluster(3), Step{Kind: AddLearner, Member: "etc-3", PeerURL: gPeerURL("etc-3")}, "", ""},

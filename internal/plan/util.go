@@ -1,6 +1,9 @@
 package plan
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -45,4 +48,33 @@ func NameOr(m etcd.Member) string {
 		return m.Name
 	}
 	return etcd.FormatID(m.ID)
+}
+
+// Ordinal parses a pod name "<statefulSet>-<ordinal>".
+func Ordinal(statefulSet, pod string) (int32, bool) {
+	rest, ok := strings.CutPrefix(pod, statefulSet+"-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 32)
+	if err != nil || n < 0 || strconv.FormatInt(n, 10) != rest {
+		return 0, false
+	}
+	return int32(n), true
+}
+
+// PodOfPeerURL returns the pod, among the ordinals below limit, whose advertised peer URL
+// (peerURL of its name) is one of urls; "" when none. A member that has not started has no
+// name in etcd's member list: its peer URL is how it is found.
+func PodOfPeerURL(statefulSet string, peerURL func(pod string) string, limit int32, urls []string) string {
+	for k := int32(0); k < limit; k++ {
+		name := fmt.Sprintf("%s-%d", statefulSet, k)
+		u := peerURL(name)
+		for _, p := range urls {
+			if p == u {
+				return name
+			}
+		}
+	}
+	return ""
 }

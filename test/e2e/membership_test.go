@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -204,37 +202,8 @@ func TestMemberWithWipedDataIsReplaced(t *testing.T) {
 	s := startSampler(t, ns)
 	s.allowDown("etcd-0")
 
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "data-etcd-0"}, pvc); err != nil {
-		t.Fatal(err)
-	}
-	pv := &corev1.PersistentVolume{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
-		t.Fatal(err)
-	}
-	folder := ""
-	switch {
-	case pv.Spec.HostPath != nil:
-		folder = pv.Spec.HostPath.Path
-	case pv.Spec.Local != nil:
-		folder = pv.Spec.Local.Path
-	}
-	if folder == "" {
-		t.Fatalf("volume %s has no local folder", pv.Name)
-	}
 	start := time.Now()
-	entries, err := os.ReadDir(folder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(folder, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if out, err := local(t, "kill-pod", ns+"/etcd-0"); err != nil {
-		t.Fatalf("kill-pod: %v %s", err, out)
-	}
+	wipeInPlace(t, ns, "etcd-0")
 	eventually(t, 4*time.Minute, "etcd-0 replaced", func() error {
 		ids := memberIDs(t, ns)
 		c := getCluster(t, ns)

@@ -36,6 +36,7 @@ type etcdView struct {
 	voters     int
 	healthy    int // voters that answer without errors and follow the leader
 	clusterIDs map[uint64]bool
+	leader     string // the name of the member most voters follow
 }
 
 // readEtcd asks etcd about the cluster "etcd" in ns (members at ordinals below n).
@@ -50,11 +51,7 @@ func readEtcd(t testing.TB, ns string, n int) (etcdView, error) {
 	}
 	v := etcdView{ids: map[string]uint64{}, clusterIDs: map[uint64]bool{list.Header.ClusterId: true}}
 	leaders := map[uint64]int{}
-	type answer struct {
-		learner bool
-		st      *clientv3.StatusResponse
-	}
-	var answers []answer
+	var answers []*clientv3.StatusResponse
 	for _, m := range list.Members {
 		if m.Name != "" {
 			v.ids[m.Name] = m.ID
@@ -75,7 +72,7 @@ func readEtcd(t testing.TB, ns string, n int) (etcdView, error) {
 		}
 		v.clusterIDs[st.Header.ClusterId] = true
 		leaders[st.Leader]++
-		answers = append(answers, answer{st: st})
+		answers = append(answers, st)
 	}
 	var leader uint64
 	for l, k := range leaders {
@@ -83,9 +80,14 @@ func readEtcd(t testing.TB, ns string, n int) (etcdView, error) {
 			leader = l
 		}
 	}
-	for _, a := range answers {
-		if a.st.Leader == leader && leader != 0 && len(a.st.Errors) == 0 {
+	for _, st := range answers {
+		if st.Leader == leader && leader != 0 && len(st.Errors) == 0 {
 			v.healthy++
+		}
+	}
+	for _, m := range list.Members {
+		if m.ID == leader {
+			v.leader = m.Name
 		}
 	}
 	return v, nil
@@ -107,6 +109,22 @@ func waitVoters(t testing.TB, ns string, n int, timeout time.Duration) etcdView 
 		return nil
 	})
 	return v
+}
+
+// waitReplaced waits until etcd lists a new member under name (not old) and three healthy
+// voters.
+func waitReplaced(t testing.TB, ns, name string, old uint64) {
+	t.Helper()
+	eventually(t, 4*time.Minute, name+" replaced by a new member", func() error {
+		v, err := readEtcd(t, ns, 3)
+		if err != nil {
+			return err
+		}
+		if id := v.ids[name]; id == 0 || id == old || v.healthy != 3 {
+			return fmt.Errorf("%s is %x (was %x), %d healthy voters", name, id, old, v.healthy)
+		}
+		return nil
+	})
 }
 
 // setPodQuota limits the namespace to pods pods (a ResourceQuota, enforced at admission), and
@@ -153,30 +171,6 @@ func podNames(t testing.TB, ns string) []string {
 	return out
 }
 
-// leaderName is the name of the member etcd reports as leader.
-func leaderName(t testing.TB, ns string, n int) string {
-	t.Helper()
-	cli := etcdClient(t, ns, n)
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	list, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cli.Status(ctx, list.Members[0].ClientURLs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range list.Members {
-		if m.ID == st.Leader {
-			return m.Name
-		}
-	}
-	t.Fatalf("no leader among %v", list.Members)
-	return ""
-}
-
 // TestRolloutWaitsForAMemberWhosePodIsNotRecreated (path 1): during an upgrade the pods of the
 // namespace are capped by a quota, so the first member restarted gets no new pod. The rollout
 // must not restart a second member: etcd keeps two healthy voters until the quota goes, then
@@ -184,9 +178,12 @@ func leaderName(t testing.TB, ns string, n int) string {
 func TestRolloutWaitsForAMemberWhosePodIsNotRecreated(t *testing.T) {
 	ns := namespace(t)
 	createVersioned(t, ns, "3.6.15", nil)
-	leader := leaderName(t, ns, 3)
+	v0, err := readEtcd(t, ns, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	first := "etcd-2"
-	if leader == first {
+	if v0.leader == first {
 		first = "etcd-1"
 	}
 	w := startWriter(t, ns, 3)
@@ -337,27 +334,34 @@ func TestVoterWipedWhileALearnerWaitsIsReplacedNotRejoined(t *testing.T) {
 		}
 		return nil
 	})
-	iw := watchIdentity(t, ns, 0, before.ids["etcd-0"])
 	wipeInPlace(t, ns, "etcd-0")
+	// From now on etcd-0 restarts on an empty data directory: it must never answer as the
+	// member it was.
+	iw := watchIdentity(t, ns, 0, before.ids["etcd-0"])
 	start := time.Now()
-	eventually(t, 4*time.Minute, "etcd-0 replaced by a new member", func() error {
+	// The learner that cannot start is removed past replaceAfter (path 5).
+	eventually(t, 2*time.Minute, "the learner that never started removed", func() error {
 		v, err := readEtcd(t, ns, 3)
 		if err != nil {
 			return err
 		}
-		if id := v.ids["etcd-0"]; id == 0 || id == before.ids["etcd-0"] || v.healthy != 3 {
-			return fmt.Errorf("etcd-0 is %x (was %x), %d healthy voters", id, before.ids["etcd-0"], v.healthy)
+		if v.learners != 0 {
+			return fmt.Errorf("%d learners", v.learners)
 		}
 		return nil
 	})
+	learnerGone := time.Since(start)
+	// The quota goes, so the wiped member's new pod and the fourth can both start.
+	dropPodQuota(t, ns)
+	waitReplaced(t, ns, "etcd-0", before.ids["etcd-0"])
 	replaced := time.Since(start)
 	if n := iw.answers(); n > 0 {
 		t.Fatalf("etcd-0 answered %d times under its old member ID after its data was wiped", n)
 	}
 	c := getCluster(t, ns)
 	degraded := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded)
-	t.Logf("etcd-0 replaced %s after the wipe; the scale-out waits: Degraded %s/%s: %s", replaced.Round(100*time.Millisecond), degraded.Status, degraded.Reason, degraded.Message)
-	dropPodQuota(t, ns)
+	t.Logf("the learner that never started was removed %s after the wipe, etcd-0 replaced %s after it; Degraded %s/%s: %s",
+		learnerGone.Round(100*time.Millisecond), replaced.Round(100*time.Millisecond), degraded.Status, degraded.Reason, degraded.Message)
 	waitVoters(t, ns, 4, 4*time.Minute)
 	r := s.finish(t)
 	w.finish(t, ns, 4)
@@ -422,21 +426,26 @@ func TestEmptyDirMembersFormKeepDataAcrossRestartsAndAreReplacedWithTheirPod(t *
 	waitVoters(t, ns, 3, 2*time.Minute)
 	holdIDs(t, ns, before.ids, 20*time.Second)
 	s.allowDown("etcd-2")
-	iw := watchIdentity(t, ns, 2, before.ids["etcd-2"])
-	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-2"}}); err != nil {
+	old := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd-2"}, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	eventually(t, 4*time.Minute, "etcd-2 replaced", func() error {
-		v, err := readEtcd(t, ns, 3)
-		if err != nil {
-			return err
+	// Once the old pod is gone, the member's data is gone with it: the new pod must never
+	// answer as the member it was.
+	eventually(t, time.Minute, "the old pod of etcd-2 gone", func() error {
+		p := &corev1.Pod{}
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd-2"}, p)
+		if err == nil && p.UID == old.UID {
+			return fmt.Errorf("still there")
 		}
-		if id := v.ids["etcd-2"]; id == 0 || id == before.ids["etcd-2"] || v.healthy != 3 {
-			return fmt.Errorf("etcd-2 is %x (was %x), %d healthy voters", id, before.ids["etcd-2"], v.healthy)
-		}
-		return nil
+		return client.IgnoreNotFound(err)
 	})
+	iw := watchIdentity(t, ns, 2, before.ids["etcd-2"])
+	waitReplaced(t, ns, "etcd-2", before.ids["etcd-2"])
 	if n := iw.answers(); n > 0 {
 		t.Fatalf("etcd-2 answered %d times under its old member ID on an empty emptyDir", n)
 	}

@@ -29,7 +29,6 @@ package membership
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -272,17 +271,7 @@ func hasPeerURL(m etcd.Member, u string) bool {
 func (v *memberView) podName(k int32) string { return fmt.Sprintf("%s-%d", v.o.StatefulSet, k) }
 
 // ordinalOf parses "<statefulset>-<ordinal>".
-func (v *memberView) ordinalOf(name string) (int32, bool) {
-	rest, ok := strings.CutPrefix(name, v.o.StatefulSet+"-")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(rest, 10, 32)
-	if err != nil || n < 0 || strconv.FormatInt(n, 10) != rest {
-		return 0, false
-	}
-	return int32(n), true
-}
+func (v *memberView) ordinalOf(name string) (int32, bool) { return plan.Ordinal(v.o.StatefulSet, name) }
 
 func (v *memberView) memberByID(id uint64) (etcd.Member, bool) {
 	for _, m := range v.members {
@@ -330,7 +319,8 @@ func (v *memberView) dataGone(m etcd.Member) (string, bool) {
 		return "", false
 	}
 	p, ok := v.pods[v.ordOf[m.ID]]
-	return plan.DataGone(p, ok)
+	_, answers := v.o.Etcd.Status[m.ID]
+	return plan.DataGone(p, ok, answers)
 }
 
 // healthy: started, answering, data in place.
