@@ -82,7 +82,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 				MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
 				StepVersion: step, TargetVersion: target,
 				LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
-				Missing: r.missingPods(c, mo),
+				Missing: missingOf(mo.Pods),
 			}
 			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
 				ro.MemberTimeout = d.Duration
@@ -236,6 +236,12 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		k, _ := plan.Ordinal(t.statefulSet, podName)
 		if p := byOrdinal[k]; ok {
 			p.PVCFresh = freshData(stamp, id, anyStamped, p.Running, p.RestartCount, ephemeral)
+		}
+	}
+	// Started members whose pod does not exist: since when this process has seen them so.
+	for name, since := range r.missingPods(c, o.etcd, byOrdinal, t.statefulSet, mo.Now) {
+		if k, ok := plan.Ordinal(t.statefulSet, name); ok {
+			info(k).MissingSince = since
 		}
 	}
 	for _, p := range byOrdinal {
@@ -665,12 +671,8 @@ func (t topology) peerURL(pod string) string {
 
 // missingPods returns, for every started member of etcd's list whose pod does not exist, since
 // when this operator process has seen it missing. The memory is the process's own: after a
-// restart a missing pod's wait starts over, which only delays the UpgradeStalled report.
-func (r *EtcdClusterReconciler) missingPods(c *v1alpha1.EtcdCluster, mo membership.Observation) map[string]time.Time {
-	exists := map[string]bool{}
-	for _, p := range mo.Pods {
-		exists[p.Name] = p.Exists
-	}
+// restart a missing pod's wait starts over, which only delays the report.
+func (r *EtcdClusterReconciler) missingPods(c *v1alpha1.EtcdCluster, e *etcd.Observed, pods map[int32]*plan.Pod, sts string, now time.Time) map[string]time.Time {
 	out := map[string]time.Time{}
 	r.missingMu.Lock()
 	defer r.missingMu.Unlock()
@@ -679,15 +681,16 @@ func (r *EtcdClusterReconciler) missingPods(c *v1alpha1.EtcdCluster, mo membersh
 	}
 	prefix := c.Namespace + "/" + c.Name + "/"
 	seen := map[string]bool{}
-	if mo.Etcd != nil {
-		for _, m := range mo.Etcd.Cluster.Members {
-			if m.Name == "" || exists[m.Name] {
+	if e != nil {
+		for _, m := range e.Cluster.Members {
+			k, ok := plan.Ordinal(sts, m.Name)
+			if !ok || (pods[k] != nil && pods[k].Exists) {
 				continue
 			}
 			key := prefix + m.Name
 			t, ok := r.missingSince[key]
 			if !ok {
-				t = mo.Now
+				t = now
 				r.missingSince[key] = t
 			}
 			out[m.Name], seen[key] = t, true
@@ -696,6 +699,17 @@ func (r *EtcdClusterReconciler) missingPods(c *v1alpha1.EtcdCluster, mo membersh
 	for k := range r.missingSince {
 		if strings.HasPrefix(k, prefix) && !seen[k] {
 			delete(r.missingSince, k)
+		}
+	}
+	return out
+}
+
+// missingOf maps the member pods that do not exist to since when they have been missing.
+func missingOf(pods []plan.Pod) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, p := range pods {
+		if !p.Exists && !p.MissingSince.IsZero() {
+			out[p.Name] = p.MissingSince
 		}
 	}
 	return out

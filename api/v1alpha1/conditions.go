@@ -121,6 +121,9 @@ const (
 	// ReasonLearnerNeverStarted : a learner's pod did not start within
 	// spec.membership.replaceAfter; the learner is removed and added again (degrades).
 	ReasonLearnerNeverStarted = "LearnerNeverStarted"
+	// ReasonPodNotCreated : a member has had no pod for spec.membership.replaceAfter; the
+	// StatefulSet does not create it (admission, quota, policy). Not replaced (degrades).
+	ReasonPodNotCreated = "PodNotCreated"
 )
 
 // Rollout reasons (version upgrades and other pod template changes), in Progressing and
@@ -190,6 +193,7 @@ var ReasonEffects = map[string]Effect{
 	ReasonMemberStarting:      EffectWaits,
 	ReasonLeaderUnreachable:   EffectProgresses,
 	ReasonLearnerNeverStarted: EffectDegrades,
+	ReasonPodNotCreated:       EffectDegrades,
 	ReasonRollingOut:          EffectWaits,
 	ReasonRolloutWaiting:      EffectWaits,
 	ReasonMemberRestarting:    EffectWaits,

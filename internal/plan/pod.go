@@ -50,6 +50,9 @@ type Pod struct {
 	// PVCDeleting is true when the claim has a deletion timestamp (kept by the
 	// pvc-protection finalizer while a pod uses it).
 	PVCDeleting bool
+	// MissingSince is, for an ordinal whose started member has no pod, since when the
+	// operator has seen it missing (zero when the pod exists or nothing is known).
+	MissingSince time.Time
 	// Ephemeral is true when the member keeps its data in an emptyDir: then the pod plays the
 	// claim (PVCExists is Exists, PVCUID is the pod's UID) and no claim may be deleted.
 	Ephemeral bool

@@ -125,6 +125,7 @@ const (
 	reasonMemberStarting      = v1alpha1.ReasonMemberStarting
 	reasonLeaderUnreachable   = v1alpha1.ReasonLeaderUnreachable
 	reasonLearnerNeverStarted = v1alpha1.ReasonLearnerNeverStarted
+	reasonPodNotCreated       = v1alpha1.ReasonPodNotCreated
 )
 
 // Decide returns the one next membership step for o. It is pure: the same
@@ -694,9 +695,16 @@ func (v *memberView) nextChange() membershipAction {
 	}
 
 	var waitAfter time.Duration
-	var unhealthy, unstarted []string
+	var unhealthy, unstarted, podless []string
 	for _, m := range v.sortedMembers() {
 		why, lost, after := v.lost(m)
+		if p, ok := v.pods[v.ordOf[m.ID]]; ok && !p.Exists && !p.MissingSince.IsZero() && !v.answering(m.ID) {
+			if d := plan.Since(o.Now, p.MissingSince); d >= o.LostMemberTimeout {
+				podless = append(podless, fmt.Sprintf("%s (for %s)", v.nameOf(m), d.Round(time.Second)))
+			} else if rest := o.LostMemberTimeout - d; waitAfter == 0 || rest < waitAfter {
+				waitAfter = rest
+			}
+		}
 		if !lost {
 			switch {
 			case m.Name == "":
@@ -737,6 +745,11 @@ func (v *memberView) nextChange() membershipAction {
 	}
 
 	switch {
+	case len(podless) > 0:
+		// A new member would need a pod too: replacing one would only take a voter away.
+		return wait(reasonPodNotCreated, fmt.Sprintf("members without a pod: %s. The StatefulSet does not create them: check its events "+
+			"(an admission refusal, a ResourceQuota, a policy) and fix the cause; the members are not replaced, since a new member would need a pod as well",
+			strings.Join(podless, ", ")))
 	case len(unhealthy) > 0:
 		a := wait(reasonMemberUnhealthy, fmt.Sprintf("unhealthy members: %s; a member whose pod stays on a NotReady node or crash loops for %s is replaced",
 			strings.Join(unhealthy, ", "), o.LostMemberTimeout))

@@ -463,6 +463,16 @@ func TestDecideMembership(t *testing.T) {
 			f.intent.StartedAt = mdT0.Add(-6 * time.Minute)
 			return f
 		}(), kind: actClearIntent, member: "etc-2", reason: reasonLearnerNeverStarted},
+		// A member whose pod is not re-created (admission, quota): a new member would need a
+		// pod too, so it is not replaced; past replaceAfter the wait degrades and says why.
+		{name: "member without a pod, within replaceAfter", fix: cluster3(3).down(2).noPod(2).pod(2, func(p *podInfo) { p.MissingSince = mdT0.Add(-time.Minute) }),
+			kind: actWait, reason: reasonMemberUnhealthy, check: func(t *testing.T, a membershipAction) {
+				if a.RequeueAfter != 4*time.Minute {
+					t.Errorf("requeue after %s, want 4m (when replaceAfter runs out)", a.RequeueAfter)
+				}
+			}},
+		{name: "member without a pod past replaceAfter", fix: cluster3(3).down(2).noPod(2).pod(2, func(p *podInfo) { p.MissingSince = mdT0.Add(-6 * time.Minute) }),
+			kind: actWait, reason: reasonPodNotCreated},
 		// emptyDir storage (path 3 of issue 9): the pod plays the claim; there is never a claim
 		// to delete, so a fresh volume is a new pod.
 		{name: "emptyDir: replace, learner added, old pod still in place", fix: replaced(false, 0).ephemeral(),
@@ -627,6 +637,8 @@ type simWorld struct {
 	// rejoinEmpty models the membership ConfigMap before issue 9: a started voter finds its
 	// name during a join and starts on an empty data directory (the check must catch it).
 	rejoinEmpty bool
+	// missingSince records when each ordinal's member was first seen without a pod.
+	missingSince map[int32]time.Time
 	// removedVoters counts RemoveMember steps on voting members (a scenario may forbid them).
 	removedVoters int
 	// forgot lists voting members that started again on an empty data directory under their
@@ -642,7 +654,7 @@ const simTimeout = 30 * time.Second
 // newSimWorld is a formed cluster of one member, etc-0.
 func newSimWorld(t *testing.T) *simWorld {
 	w := &simWorld{t: t, now: mdT0, desired: 1, deletePVC: true, index: 5000, nextID: 1, sts: 1, stsSeen: 1,
-		pods: map[int32]*simPod{}, claims: map[int32]*simClaim{}, refused: map[int32]int{}}
+		pods: map[int32]*simPod{}, claims: map[int32]*simClaim{}, refused: map[int32]int{}, missingSince: map[int32]time.Time{}}
 	w.members = []*simMember{{id: 1, peerURL: mdPeerURL("etc-0"), name: "etc-0", index: 5000}}
 	w.nextID = 2
 	w.leader = 1
@@ -840,6 +852,14 @@ func (w *simWorld) observe() Observation {
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	for _, k := range keys {
 		pi := podInfo{Name: mdName(k), Ordinal: k, NodeReady: true}
+		if m := w.memberAt(k); m != nil && m.name != "" && w.pods[k] == nil {
+			if _, ok := w.missingSince[k]; !ok {
+				w.missingSince[k] = w.now
+			}
+			pi.MissingSince = w.missingSince[k]
+		} else {
+			delete(w.missingSince, k)
+		}
 		if p := w.pods[k]; p != nil {
 			pi.Exists, pi.Deleting, pi.NodeReady, pi.NodeNotReadySince = true, p.deleting, p.nodeReady, p.notReadySince
 			pi.Running, pi.Ready = p.serves != 0, p.serves != 0
