@@ -56,42 +56,27 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	if err != nil {
 		return plan.Step{}, err
 	}
-	// Until the cluster first formed, the StatefulSet runs exactly the founding members
-	// recorded at the first render, whatever spec.replicas says meanwhile.
-	var a plan.Step
-	switch {
-	case c.Status.ClusterID == "" && mo.StsReplicas != mo.Founders:
-		a = plan.Step{Kind: plan.ScaleStatefulSet, Replicas: mo.Founders, Reason: v1alpha1.ReasonBootstrapping,
-			Message: fmt.Sprintf("starting the %d founding members", mo.Founders)}
-	case !mo.Bootstrapped:
-		msg := fmt.Sprintf("the %d founding members are forming the cluster", mo.Founders)
-		if mo.Desired != mo.Founders {
-			msg += fmt.Sprintf("; spec.replicas (%d) applies once it has formed", mo.Desired)
+	a := membership.Decide(mo)
+	// Once membership matches the spec (or only waits for an unhealthy member, which may be
+	// one restarting or failing on a new template), the pod template may roll out.
+	if o.sts != nil && (a.Kind == plan.None || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
+		step, target := versionTargets(c)
+		ro := rollout.Observation{
+			UpdateRevision: o.sts.Status.UpdateRevision,
+			StsCaughtUp:    o.sts.Status.ObservedGeneration >= o.sts.Generation,
+			Pods:           rollout.PodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
+			MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
+			StepVersion: step, TargetVersion: target,
+			LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
+			Missing: missingOf(mo.Pods),
 		}
-		a = plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonBootstrapping, Message: msg}
-	default:
-		a = membership.Decide(mo)
-		// Once membership matches the spec (or only waits for an unhealthy member, which may be
-		// one restarting or failing on a new template), the pod template may roll out.
-		if o.sts != nil && (a.Kind == plan.None || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
-			step, target := versionTargets(c)
-			ro := rollout.Observation{
-				UpdateRevision: o.sts.Status.UpdateRevision,
-				StsCaughtUp:    o.sts.Status.ObservedGeneration >= o.sts.Generation,
-				Pods:           rollout.PodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
-				MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
-				StepVersion: step, TargetVersion: target,
-				LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
-				Missing: missingOf(mo.Pods),
-			}
-			if d := c.Spec.Upgrade.MemberTimeout; d != nil {
-				ro.MemberTimeout = d.Duration
-			}
-			if ra := rollout.Decide(ro); ra.Kind != plan.None {
-				a = ra
-			}
-			o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
+		if d := c.Spec.Upgrade.MemberTimeout; d != nil {
+			ro.MemberTimeout = d.Duration
 		}
+		if ra := rollout.Decide(ro); ra.Kind != plan.None {
+			a = ra
+		}
+		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 	}
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
@@ -110,6 +95,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		// Formed: etcd reported a cluster ID before, or members answer with a leader now (a lone
 		// founder of etcd 3.5 lists its founding peers before any quorum exists).
 		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0),
+		FormedBefore: c.Status.ClusterID != "",
 		PeerURL:      t.peerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
 		DeletePVCOnScaleIn: c.Spec.Storage.Retention.WhenScaledIn != v1alpha1.RetentionRetain,
 		Now:                time.Now(),
@@ -293,66 +279,6 @@ func containerProblem(cs corev1.ContainerStatus) string {
 // the first formation runs exactly these members.
 const FoundersAnnotation = "etcdpilot.io/founders"
 
-// noMemberMayStart is the initial cluster when no member may start without data.
-const noMemberMayStart = "no-member-is-joining=http://127.0.0.1:1"
-
-// membershipEnv is what a starting member reads from the membership ConfigMap. Members with
-// data ignore it; it decides which members may start on an empty data directory, because etcd
-// refuses to start a member whose --name the initial cluster does not name ("couldn't find
-// local name ... in the initial cluster configuration"):
-//
-//   - before the cluster formed: the founding list with state "new";
-//   - after: every member of etcd's list with state "existing", where only learners (they do
-//     not vote; one that lost its data gets a snapshot) and members that never started (a
-//     founder that starts late) appear under their own names; started voting members appear
-//     under an alias of their member ID. etcd matches the
-//     other members by peer URL, so a joining member finds the cluster, while a started
-//     member that lost its data (a wiped volume, a re-created emptyDir, during a join or not)
-//     fails to start instead of rejoining under its old identity with an empty log, and is
-//     replaced.
-func membershipEnv(mo membership.Observation) map[string]string {
-	if !mo.Bootstrapped {
-		return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(mo.FoundingList, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}
-	}
-	if mo.Etcd == nil {
-		// Formed, but etcd did not answer in this pass: nobody may start empty until it does
-		// (the founding list with "new" would let a wiped founder form a second cluster).
-		return map[string]string{"ETCD_INITIAL_CLUSTER": noMemberMayStart, "ETCD_INITIAL_CLUSTER_STATE": "existing"}
-	}
-	var parts []string
-	empty := false
-	for _, m := range mo.Etcd.Cluster.Members {
-		if len(m.PeerURLs) == 0 {
-			continue
-		}
-		name := "member-" + etcd.FormatID(m.ID)
-		if membership.MayStartEmpty(m) {
-			if pod := podOfPeerURL(mo, m.PeerURLs[0]); pod != "" {
-				name, empty = pod, true
-			}
-		}
-		parts = append(parts, name+"="+m.PeerURLs[0])
-	}
-	if !empty {
-		return map[string]string{"ETCD_INITIAL_CLUSTER": noMemberMayStart, "ETCD_INITIAL_CLUSTER_STATE": "existing"}
-	}
-	sort.Strings(parts)
-	return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(parts, ","), "ETCD_INITIAL_CLUSTER_STATE": "existing"}
-}
-
-// podOfPeerURL is the pod whose advertised peer URL is u, among the ordinals the observation
-// knows and those up to the StatefulSet's size; "" when none.
-func podOfPeerURL(mo membership.Observation, u string) string {
-	limit := max(mo.StsReplicas, mo.Desired, mo.Founders)
-	for _, p := range mo.Pods {
-		limit = max(limit, p.Ordinal+1)
-	}
-	if mo.Etcd != nil {
-		limit += int32(len(mo.Etcd.Cluster.Members))
-	}
-	return plan.PodOfPeerURL(mo.StatefulSet, mo.PeerURL, limit, []string{u})
-}
-
 // foundingList is the founding member list for n members.
 func foundingList(t topology, n int32) []string {
 	out := make([]string, 0, n)
@@ -396,7 +322,7 @@ func (r *EtcdClusterReconciler) ensureFoundingConfig(ctx context.Context, c *v1a
 // ensureMembershipConfig applies the membership ConfigMap when its data differs, keeping the
 // founding list recorded.
 func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation) error {
-	data := membershipEnv(mo)
+	data := membership.InitialCluster(mo)
 	name := values.MembershipConfigMapName(c.Name)
 	cur := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur)

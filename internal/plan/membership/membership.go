@@ -63,6 +63,9 @@ type Observation struct {
 	SplitBrain bool
 	// FoundingList is the founding member list ("name=peerURL"), recorded at the first render.
 	FoundingList []string
+	// FormedBefore is true when a pass before this one saw the cluster formed
+	// (status.clusterID is set).
+	FormedBefore bool
 	// Reached is how many members answered a status call when Etcd is nil (no member could
 	// read the member list): members alive without a quorum.
 	Reached int
@@ -140,8 +143,17 @@ func Decide(o Observation) membershipAction {
 		return wait(reasonSplitBrain, "members report different cluster IDs: some member formed or joined another cluster. "+
 			"The operator changes nothing until one cluster ID remains; find the odd member (etcdctl endpoint status on each pod), "+
 			"save its data if clients wrote to it, then delete its claim and pod so it is re-added as a learner")
-	case o.Etcd == nil && !o.Bootstrapped:
-		return wait(reasonBootstrapping, "the first members are starting and forming the cluster")
+	case !o.FormedBefore && o.Founders > 0 && o.StsReplicas != o.Founders:
+		// Until the cluster first formed, the StatefulSet runs exactly the founding members
+		// recorded at the first render, whatever spec.replicas says meanwhile.
+		return membershipAction{Kind: actScaleStatefulSet, Replicas: o.Founders, Reason: reasonBootstrapping,
+			Message: fmt.Sprintf("starting the %d founding members", o.Founders)}
+	case !o.Bootstrapped:
+		msg := fmt.Sprintf("the %d founding members are forming the cluster", o.Founders)
+		if o.Desired != o.Founders {
+			msg += fmt.Sprintf("; spec.replicas (%d) applies once it has formed", o.Desired)
+		}
+		return wait(reasonBootstrapping, msg)
 	case o.Etcd == nil && o.Reached > 0:
 		return wait(reasonQuorumLost, fmt.Sprintf("%d members answer, but none can read the member list: quorum is lost and the cluster does not serve. "+
 			"The operator changes no membership until a quorum answers. Bring the failed members back (check their pods, nodes and volumes); "+
@@ -859,5 +871,65 @@ func (o Observation) Evidence() plan.Evidence {
 // does not vote; it gets a snapshot) or a member that never started (a learner being added, a
 // founder that starts late). A voting member that started before must never: with an empty
 // log it could vote for a leader that lacks writes it acknowledged. The membership ConfigMap
-// names exactly these members (see the controller's membershipEnv).
+// names exactly these members (see InitialCluster).
 func MayStartEmpty(m etcd.Member) bool { return m.Name == "" || m.IsLearner }
+
+// NoMemberMayStart is the initial cluster when no member may start without data.
+const NoMemberMayStart = "no-member-is-joining=http://127.0.0.1:1"
+
+// InitialCluster is what a starting member reads from the membership ConfigMap. Members with
+// data ignore it; it decides which members may start on an empty data directory, because etcd
+// refuses to start a member whose --name the initial cluster does not name ("couldn't find
+// local name ... in the initial cluster configuration"):
+//
+//   - before the cluster formed: the founding list with state "new";
+//   - after: every member of etcd's list with state "existing", where only learners (they do
+//     not vote; one that lost its data gets a snapshot) and members that never started (a
+//     founder that starts late) appear under their own names; started voting members appear
+//     under an alias of their member ID. etcd matches the
+//     other members by peer URL, so a joining member finds the cluster, while a started
+//     member that lost its data (a wiped volume, a re-created emptyDir, during a join or not)
+//     fails to start instead of rejoining under its old identity with an empty log, and is
+//     replaced.
+func InitialCluster(mo Observation) map[string]string {
+	if !mo.Bootstrapped {
+		return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(mo.FoundingList, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}
+	}
+	if mo.Etcd == nil {
+		// Formed, but etcd did not answer in this pass: nobody may start empty until it does
+		// (the founding list with "new" would let a wiped founder form a second cluster).
+		return map[string]string{"ETCD_INITIAL_CLUSTER": NoMemberMayStart, "ETCD_INITIAL_CLUSTER_STATE": "existing"}
+	}
+	var parts []string
+	empty := false
+	for _, m := range mo.Etcd.Cluster.Members {
+		if len(m.PeerURLs) == 0 {
+			continue
+		}
+		name := "member-" + etcd.FormatID(m.ID)
+		if MayStartEmpty(m) {
+			if pod := podOfPeerURL(mo, m.PeerURLs[0]); pod != "" {
+				name, empty = pod, true
+			}
+		}
+		parts = append(parts, name+"="+m.PeerURLs[0])
+	}
+	if !empty {
+		return map[string]string{"ETCD_INITIAL_CLUSTER": NoMemberMayStart, "ETCD_INITIAL_CLUSTER_STATE": "existing"}
+	}
+	sort.Strings(parts)
+	return map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(parts, ","), "ETCD_INITIAL_CLUSTER_STATE": "existing"}
+}
+
+// podOfPeerURL is the pod whose advertised peer URL is u, among the ordinals the observation
+// knows and those up to the StatefulSet's size; "" when none.
+func podOfPeerURL(mo Observation, u string) string {
+	limit := max(mo.StsReplicas, mo.Desired, mo.Founders)
+	for _, p := range mo.Pods {
+		limit = max(limit, p.Ordinal+1)
+	}
+	if mo.Etcd != nil {
+		limit += int32(len(mo.Etcd.Cluster.Members))
+	}
+	return plan.PodOfPeerURL(mo.StatefulSet, mo.PeerURL, limit, []string{u})
+}

@@ -37,6 +37,7 @@ type mdFix struct {
 	notBootstrap   bool
 	noEtcd         bool
 	keepPVCOnScale bool
+	founders       int32
 }
 
 // cluster is n started, healthy voting members at ordinals 0..n-1, led by ordinal 0, with
@@ -141,7 +142,7 @@ func (f *mdFix) obs() Observation {
 	o := Observation{
 		Desired: f.desired, StatefulSet: "etc", StsReplicas: f.sts, SplitBrain: f.splitBrain, Bootstrapped: !f.notBootstrap,
 		Intent: f.intent, PeerURL: mdPeerURL, LearnerMaxLag: 100, LostMemberTimeout: mdTimeout,
-		DeletePVCOnScaleIn: !f.keepPVCOnScale, Now: mdT0,
+		DeletePVCOnScaleIn: !f.keepPVCOnScale, Now: mdT0, Founders: f.founders, FormedBefore: !f.notBootstrap,
 	}
 	ords := make([]int32, 0, len(f.pods))
 	for k := range f.pods {
@@ -212,6 +213,24 @@ func TestDecideMembership(t *testing.T) {
 		// Safety rails: no action without a member list, a leader, a quorum and one cluster ID.
 		{name: "members disagree on the cluster ID", fix: func() *mdFix { f := cluster3(3); f.splitBrain = true; return f }(),
 			kind: actWait, reason: reasonSplitBrain},
+		// First formation (path 4 of issue 9): the founders recorded at the first render, and
+		// only they, whatever spec.replicas says meanwhile.
+		{name: "formation: the StatefulSet grows to the founders", fix: func() *mdFix {
+			f := cluster3(3).want(5).stsReplicas(1)
+			f.noEtcd, f.notBootstrap, f.founders = true, true, 3
+			return f
+		}(), kind: actScaleStatefulSet, reason: reasonBootstrapping, check: wantReplicas(3)},
+		{name: "formation: a resize waits for the founders to form", fix: func() *mdFix {
+			f := cluster3(3).want(5)
+			f.noEtcd, f.notBootstrap, f.founders = true, true, 3
+			return f
+		}(), kind: actWait, reason: reasonBootstrapping},
+		{name: "formation: shrinking waits too", fix: func() *mdFix {
+			f := cluster3(3).want(1)
+			f.notBootstrap, f.founders = true, 3
+			f.leader = 0
+			return f
+		}(), kind: actWait, reason: reasonBootstrapping},
 		{name: "no member answered and the cluster never formed", fix: func() *mdFix { f := cluster3(3); f.noEtcd, f.notBootstrap = true, true; return f }(),
 			kind: actWait, reason: reasonBootstrapping},
 		{name: "no member answered after the cluster formed", fix: func() *mdFix { f := cluster3(3); f.noEtcd = true; return f }(),
