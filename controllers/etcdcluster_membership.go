@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,7 +153,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 			continue
 		}
 		p := info(k)
-		podState(p, pod)
+		plan.PodState(p, pod)
 		if pod.Spec.NodeName != "" {
 			node := &corev1.Node{}
 			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
@@ -235,43 +234,6 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	}
 	sort.Slice(mo.Pods, func(i, j int) bool { return mo.Pods[i].Ordinal < mo.Pods[j].Ordinal })
 	return mo, nil
-}
-
-// containerProblem describes why a container does not run: its waiting reason and message and
-// how it last ended. Empty when it runs.
-func containerProblem(cs corev1.ContainerStatus) string {
-	if cs.State.Running != nil {
-		return ""
-	}
-	var parts []string
-	if w := cs.State.Waiting; w != nil && w.Reason != "" {
-		s := w.Reason
-		if w.Message != "" {
-			s += ": " + w.Message
-		}
-		parts = append(parts, s)
-	}
-	last := cs.LastTerminationState.Terminated
-	if t := cs.State.Terminated; t != nil {
-		last = t
-	}
-	if last != nil {
-		s := fmt.Sprintf("last exit code %d", last.ExitCode)
-		if last.Reason != "" {
-			s += " (" + last.Reason + ")"
-		}
-		if msg := strings.TrimSpace(last.Message); msg != "" {
-			if len(msg) > 300 {
-				msg = "..." + msg[len(msg)-300:]
-			}
-			s += ": " + msg
-		}
-		parts = append(parts, s)
-	}
-	if cs.RestartCount > 0 {
-		parts = append(parts, fmt.Sprintf("%d restarts", cs.RestartCount))
-	}
-	return strings.Join(parts, "; ")
 }
 
 // FoundersAnnotation on the membership ConfigMap records the founding member list
@@ -639,45 +601,4 @@ func missingOf(pods []plan.Pod) map[string]time.Time {
 		}
 	}
 	return out
-}
-
-// EtcdContainer is the name of the etcd container in a member pod. Other containers (a
-// service mesh's proxy, a log shipper, a platform team's sidecar) say nothing about the member.
-const EtcdContainer = "etcd"
-
-// podState fills p from the member pod: existence, readiness, the etcd container's state
-// (found by name, whatever other containers the pod has), the template revision.
-func podState(p *plan.Pod, pod *corev1.Pod) {
-	p.Exists, p.Deleting, p.UID = true, pod.DeletionTimestamp != nil, string(pod.UID)
-	p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-	p.FailingSince = pod.CreationTimestamp.Time
-	p.Running, p.CrashLooping, p.RestartCount, p.Problem = false, false, 0, ""
-	for _, cond := range pod.Status.Conditions {
-		switch {
-		case cond.Type == corev1.PodReady:
-			p.Ready = cond.Status == corev1.ConditionTrue
-			if !p.Ready && !cond.LastTransitionTime.IsZero() {
-				p.FailingSince = cond.LastTransitionTime.Time
-			}
-		case cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse:
-			p.Problem = strings.TrimSpace(cond.Reason + ": " + cond.Message)
-		}
-	}
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
-			p.Problem = "init container " + cs.Name + ": " + containerProblem(cs)
-			p.CrashLooping = w.Reason == "CrashLoopBackOff"
-		}
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != EtcdContainer {
-			continue
-		}
-		p.Running = cs.State.Running != nil
-		p.RestartCount = cs.RestartCount
-		p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
-		if prob := containerProblem(cs); prob != "" || p.Running {
-			p.Problem = prob
-		}
-	}
 }

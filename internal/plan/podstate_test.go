@@ -1,11 +1,9 @@
-package controllers
+package plan
 
 import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
 // TestPodStateReadsTheEtcdContainerByName (path 7 of issue 9): a sidecar listed after the etcd
@@ -21,23 +19,25 @@ func TestPodStateReadsTheEtcdContainerByName(t *testing.T) {
 		pod              *corev1.Pod
 		running, looping bool
 		restarts         int32
+		ready            bool
 	}{
 		{"etcd runs, a crashing sidecar listed after it", pod(
-			corev1.ContainerStatus{Name: "etcd", State: running, RestartCount: 0},
-			corev1.ContainerStatus{Name: "zz-proxy", State: crashing, RestartCount: 7}), true, false, 0},
+			corev1.ContainerStatus{Name: "etcd", State: running, RestartCount: 0, Ready: true},
+			corev1.ContainerStatus{Name: "zz-proxy", State: crashing, RestartCount: 7}), true, false, 0, true},
 		{"etcd crash loops, a running sidecar listed after it", pod(
 			corev1.ContainerStatus{Name: "etcd", State: crashing, RestartCount: 4},
-			corev1.ContainerStatus{Name: "zz-logs", State: running}), false, true, 4},
+			corev1.ContainerStatus{Name: "zz-logs", State: running, Ready: true}), false, true, 4, false},
 		{"a sidecar listed before etcd", pod(
 			corev1.ContainerStatus{Name: "aa-proxy", State: crashing, RestartCount: 9},
-			corev1.ContainerStatus{Name: "etcd", State: running, RestartCount: 1}), true, false, 1},
+			corev1.ContainerStatus{Name: "etcd", State: running, RestartCount: 1, Ready: true}), true, false, 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &plan.Pod{}
-			podState(p, tt.pod)
-			if p.Running != tt.running || p.CrashLooping != tt.looping || p.RestartCount != tt.restarts {
-				t.Fatalf("running %v crash looping %v restarts %d; want %v %v %d", p.Running, p.CrashLooping, p.RestartCount, tt.running, tt.looping, tt.restarts)
+			p := &Pod{}
+			PodState(p, tt.pod)
+			if p.Running != tt.running || p.CrashLooping != tt.looping || p.RestartCount != tt.restarts || p.Ready != tt.ready {
+				t.Fatalf("running %v crash looping %v restarts %d ready %v; want %v %v %d %v",
+					p.Running, p.CrashLooping, p.RestartCount, p.Ready, tt.running, tt.looping, tt.restarts, tt.ready)
 			}
 		})
 	}
