@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
@@ -625,7 +630,8 @@ type simPod struct {
 	serves        uint64 // member ID its etcd runs as; 0 when it fails
 	failingSince  time.Time
 	restarts      int32
-	age           int // passes since creation: etcd starts from the second
+	age           int    // passes since creation: etcd starts from the second
+	bootList      string // the founding list it started with, waiting for a quorum
 }
 
 type simClaim struct {
@@ -656,6 +662,21 @@ type simWorld struct {
 	// rejoinEmpty models the membership ConfigMap before issue 9: a started voter finds its
 	// name during a join and starts on an empty data directory (the check must catch it).
 	rejoinEmpty bool
+	// Formation: formed once a quorum of founders started with the same founding list;
+	// formedBefore once a pass saw it (status.clusterID); founders is the list the controller
+	// recorded at the first pass; formedList the list the cluster formed with; cm the
+	// membership ConfigMap's environment as the controller last wrote it.
+	formed, formedBefore bool
+	founders             []string
+	formedList           string
+	cm                   map[string]string
+	// oldFormation emulates the controller before issue 9: during formation the founding list
+	// and the StatefulSet follow spec.replicas.
+	oldFormation bool
+	// secondCluster lists pods that started a cluster of their own (another founding list).
+	secondCluster []string
+	// sidecar: every pod runs a crash-looping sidecar listed after the etcd container.
+	sidecar bool
 	// missingSince records when each ordinal's member was first seen without a pod.
 	missingSince map[int32]time.Time
 	// removedVoters counts RemoveMember steps on voting members (a scenario may forbid them).
@@ -679,7 +700,56 @@ func newSimWorld(t *testing.T) *simWorld {
 	w.leader = 1
 	w.claims[0] = &simClaim{uid: w.uid(), data: 1, stamp: 1}
 	w.pods[0] = &simPod{claimUID: w.claims[0].uid, nodeReady: true, serves: 1, age: 1}
+	w.formed, w.formedBefore, w.founders = true, true, []string{"etc-0=" + mdPeerURL("etc-0")}
 	return w
+}
+
+// form forms the cluster once a quorum of the founders of one list started with it. Founders
+// that started with another list wait; with a quorum of their own they form a second cluster.
+func (w *simWorld) form() {
+	byList := map[string][]int32{}
+	for k, p := range w.pods {
+		if p.bootList != "" && p.serves == 0 && w.claims[k] != nil && w.claims[k].data == 0 {
+			byList[p.bootList] = append(byList[p.bootList], k)
+		}
+	}
+	for list, ords := range byList {
+		n := int32(len(strings.Split(list, ",")))
+		if int32(len(ords)) < plan.Quorum(n) || w.formed {
+			if w.formed && list != w.formedList && int32(len(ords)) >= plan.Quorum(n) {
+				w.secondCluster = append(w.secondCluster, fmt.Sprintf("founders %v formed a second cluster with %q", ords, list))
+			}
+			continue
+		}
+		w.formed, w.formedList = true, list
+		for _, entry := range strings.Split(list, ",") {
+			name, url, _ := strings.Cut(entry, "=")
+			w.members = append(w.members, &simMember{id: w.nextID, peerURL: url, index: w.index})
+			w.nextID++
+			_ = name
+		}
+		for _, k := range ords {
+			m := w.memberAt(k)
+			m.name = mdName(k)
+			// The controller stamps the claim of a member it sees running (the next pass).
+			w.claims[k].data, w.claims[k].stamp, w.pods[k].serves = m.id, m.id, m.id
+		}
+	}
+}
+
+// newFormingWorld is a cluster just created with spec.replicas desired: nothing runs yet; the
+// StatefulSet starts with one replica (the chart leaves replicas to the operator).
+func newFormingWorld(t *testing.T, desired int32) *simWorld {
+	return &simWorld{t: t, now: mdT0, desired: desired, deletePVC: true, index: 1, nextID: 1, sts: 1, stsSeen: 1,
+		pods: map[int32]*simPod{}, claims: map[int32]*simClaim{}, refused: map[int32]int{}, missingSince: map[int32]time.Time{}}
+}
+
+func simList(n int32) []string {
+	var out []string
+	for k := int32(0); k < n; k++ {
+		out = append(out, mdName(k)+"="+mdPeerURL(mdName(k)))
+	}
+	return out
 }
 
 func (w *simWorld) uid() string { w.nextUID++; return fmt.Sprintf("claim-%d", w.nextUID) }
@@ -779,6 +849,25 @@ func (w *simWorld) settle() {
 			// Created this pass: the container is not up yet.
 		case !p.nodeReady || p.deleting || c == nil || c.uid != p.claimUID:
 			// Unreachable, or (the model keeps it simple) pending on a claim that is not its own.
+		case c.data == 0 && (p.bootList != "" || w.cm["ETCD_INITIAL_CLUSTER_STATE"] == "new"):
+			// First formation: a founder named by the list it started with (the environment
+			// is read once, at the container's start) waits for a quorum of founders with the
+			// same list; a late founder joins the cluster its list formed.
+			list := p.bootList
+			if list == "" {
+				list = w.cm["ETCD_INITIAL_CLUSTER"]
+				if !slices.Contains(strings.Split(list, ","), mdName(k)+"="+mdPeerURL(mdName(k))) {
+					break // "couldn't find local name"
+				}
+				p.bootList = list
+			}
+			if w.formedList != "" && list != w.formedList {
+				w.secondCluster = append(w.secondCluster, fmt.Sprintf("%s started with the founding list %q; the cluster formed with %q", mdName(k), list, w.formedList))
+				break
+			}
+			if m != nil && m.name == "" {
+				m.name, c.data, p.serves = mdName(k), m.id, m.id
+			}
 		case c.data != 0:
 			// etcd restarts as the member its WAL names; a removed member exits.
 			if dm := w.member(c.data); dm != nil && dm == m {
@@ -802,8 +891,8 @@ func (w *simWorld) settle() {
 			// Empty data dir of a voting member that started before: the ConfigMap knows it
 			// only by an alias, so etcd refuses to start ("couldn't find local name").
 		}
-		if m != nil && p.serves == m.id && m.learner {
-			c.stamp = m.id // the controller records a learner's claim
+		if m != nil && p.serves == m.id && (m.learner || c.stamp == 0) {
+			c.stamp = m.id // the controller records the claim a member runs on
 		}
 		if p.serves == 0 && p.nodeReady && p.age >= 2 {
 			if p.failingSince.IsZero() {
@@ -814,6 +903,7 @@ func (w *simWorld) settle() {
 			p.failingSince = time.Time{}
 		}
 	}
+	w.form()
 	// Raft: the leader must be a serving voter with a quorum of serving voters behind it.
 	voters, up := 0, 0
 	for _, m := range w.members {
@@ -851,7 +941,8 @@ func (w *simWorld) settle() {
 }
 
 func (w *simWorld) observe() Observation {
-	o := Observation{Desired: w.desired, StatefulSet: "etc", StsReplicas: w.sts, Bootstrapped: true, PeerURL: mdPeerURL,
+	o := Observation{Desired: w.desired, StatefulSet: "etc", StsReplicas: w.sts, Bootstrapped: w.formedBefore || (w.formed && w.leader != 0),
+		FormedBefore: w.formedBefore, Founders: int32(len(w.founders)), FoundingList: w.founders, PeerURL: mdPeerURL,
 		LearnerMaxLag: 100, LostMemberTimeout: simTimeout, DeletePVCOnScaleIn: w.deletePVC, Now: w.now}
 	if w.intent != nil {
 		in := *w.intent
@@ -880,9 +971,8 @@ func (w *simWorld) observe() Observation {
 			delete(w.missingSince, k)
 		}
 		if p := w.pods[k]; p != nil {
-			pi.Exists, pi.Deleting, pi.NodeReady, pi.NodeNotReadySince = true, p.deleting, p.nodeReady, p.notReadySince
-			pi.Running, pi.Ready = p.serves != 0, p.serves != 0
-			pi.CrashLooping, pi.FailingSince, pi.RestartCount = p.serves == 0 && p.nodeReady && !p.failingSince.IsZero(), p.failingSince, p.restarts
+			plan.PodState(&pi, w.corePod(k, p))
+			pi.NodeReady, pi.NodeNotReadySince, pi.FailingSince = p.nodeReady, p.notReadySince, p.failingSince
 		}
 		if c := w.claims[k]; c != nil {
 			pi.PVCExists, pi.PVCUID, pi.PVCDeleting = true, c.uid, c.deleting
@@ -913,6 +1003,35 @@ func (w *simWorld) observe() Observation {
 	}
 	o.Etcd = obs
 	return o
+}
+
+// corePod is the pod object the kubelet would report for p: the etcd container's state, and
+// a crash-looping sidecar after it when the world has one.
+func (w *simWorld) corePod(k int32, p *simPod) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: mdName(k), UID: types.UID("pod-" + p.claimUID)}}
+	if p.deleting {
+		pod.DeletionTimestamp = &metav1.Time{Time: w.now}
+	}
+	cs := corev1.ContainerStatus{Name: "etcd", RestartCount: p.restarts}
+	switch {
+	case p.serves != 0:
+		cs.State.Running, cs.Ready = &corev1.ContainerStateRunning{}, true
+	case p.nodeReady && !p.failingSince.IsZero():
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+	ready := cs.Ready
+	if w.sidecar {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: "zz-sidecar", RestartCount: 40,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}})
+		ready = false
+	}
+	cond := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse}
+	if ready {
+		cond.Status = corev1.ConditionTrue
+	}
+	pod.Status.Conditions = []corev1.PodCondition{cond}
+	return pod
 }
 
 // apply carries out a, failing the test on any step a careful operator must never take.
@@ -1006,6 +1125,12 @@ func (w *simWorld) check(step int, a membershipAction) {
 			intact++
 		}
 	}
+	if len(w.secondCluster) > 0 {
+		w.t.Fatalf("step %d (%s %s): a second cluster: %s\n%s", step, a.Kind, a.Member, w.secondCluster[0], strings.Join(w.log, "\n"))
+	}
+	if !w.formed {
+		return // nothing to keep before the first formation
+	}
 	if len(w.forgot) > 0 {
 		w.t.Fatalf("step %d (%s %s): voting member %s started again on an empty data directory under its old identity\n%s",
 			step, a.Kind, a.Member, w.forgot[0], strings.Join(w.log, "\n"))
@@ -1037,14 +1162,35 @@ func (w *simWorld) converged() bool {
 	return true
 }
 
+// pass is one pass of the controller: record the founders at the first pass, observe, decide
+// and gate, and write the membership ConfigMap from the same observation.
+func (w *simWorld) pass() (Observation, membershipAction) {
+	if w.founders == nil || (w.oldFormation && !w.formedBefore) {
+		w.founders = simList(w.desired)
+	}
+	o := w.observe()
+	a := plan.Gate(Decide(o), o.Evidence())
+	w.cm = InitialCluster(o)
+	if w.oldFormation && !o.Bootstrapped {
+		// Before issue 9: the list and the StatefulSet follow spec.replicas until formation.
+		a = membershipAction{Kind: actScaleStatefulSet, Replicas: w.desired, Reason: reasonBootstrapping}
+		if w.sts == w.desired {
+			a = wait(reasonBootstrapping, "forming")
+		}
+	}
+	if w.formed && w.leader != 0 {
+		w.formedBefore = true
+	}
+	return o, a
+}
+
 // run passes until the decision is None and the world converged, within limit passes. Each
 // action's effect is dropped with probability drop (the operator crashed before it took
 // effect; a recorded intent stays).
 func (w *simWorld) run(limit int, rng *rand.Rand, drop float64) int {
 	w.t.Helper()
 	for step := 1; step <= limit; step++ {
-		o := w.observe()
-		a := plan.Gate(Decide(o), o.Evidence())
+		_, a := w.pass()
 		dropped := rng != nil && a.Kind != actWait && a.Kind != actNone && rng.Float64() < drop
 		w.log = append(w.log, fmt.Sprintf("%3d %-16s %-6s %x r=%d force=%v %-14s dropped=%v %s", step, a.Kind, a.Member, a.ID, a.Replicas, a.Force, a.Reason, dropped, a.Message))
 		if a.Kind == actNone {
@@ -1190,8 +1336,8 @@ func TestDecideMembershipSimulatedWipeDuringJoin(t *testing.T) {
 func TestSimulationCatchesAVoterRejoiningEmpty(t *testing.T) {
 	w := wipeDuringJoin(t, true)
 	for step := 0; step < 20 && len(w.forgot) == 0; step++ {
-		o := w.observe()
-		w.apply(plan.Gate(Decide(o), o.Evidence()))
+		_, a := w.pass()
+		w.apply(a)
 		w.now = w.now.Add(time.Second)
 		w.settle()
 	}
@@ -1209,8 +1355,8 @@ func wipeDuringJoin(t *testing.T, rejoinEmpty bool) *simWorld {
 	w.run(100, nil, 0)
 	w.desired = 4
 	for step := 0; step < 200 && w.learnerMember() == nil; step++ {
-		o := w.observe()
-		w.apply(plan.Gate(Decide(o), o.Evidence()))
+		_, a := w.pass()
+		w.apply(a)
 		w.now = w.now.Add(time.Second)
 		w.settle()
 	}
@@ -1271,4 +1417,89 @@ func (w *simWorld) learnerMember() *simMember {
 		}
 	}
 	return nil
+}
+
+// steps runs n passes (not expecting convergence), checking the invariants after each.
+func (w *simWorld) steps(n int) {
+	w.t.Helper()
+	for i := 0; i < n; i++ {
+		_, a := w.pass()
+		w.log = append(w.log, fmt.Sprintf("  - %-16s %-6s r=%d %-14s %s", a.Kind, a.Member, a.Replicas, a.Reason, a.Message))
+		w.apply(a)
+		w.now = w.now.Add(time.Second)
+		w.settle()
+		w.check(i, a)
+	}
+}
+
+// A resize during the first formation (path 4 of issue 9), at every pass of it: the founders
+// form one cluster and the others join it; never a second founding list, never a cluster
+// that cannot reach its quorum.
+func TestDecideMembershipSimulatedResizeDuringFormation(t *testing.T) {
+	for _, to := range []int32{5, 1, 4, 2} {
+		// The first pass records the founders; the resize comes after it.
+		for at := 1; at <= 6; at++ {
+			t.Run(fmt.Sprintf("3 to %d after %d passes", to, at), func(t *testing.T) {
+				w := newFormingWorld(t, 3)
+				w.steps(at)
+				w.desired = to
+				w.log = append(w.log, fmt.Sprintf("--- spec.replicas = %d", to))
+				w.run(400, nil, 0)
+				if w.formedList != strings.Join(simList(3), ",") {
+					t.Fatalf("formed with %q, want the three founders", w.formedList)
+				}
+			})
+		}
+	}
+}
+
+// The check above can fail: with the formation of before issue 9 (the founding list and the
+// StatefulSet follow spec.replicas until formation), some resize forms a second cluster or
+// none, and the simulation sees it.
+func TestSimulationCatchesTheFormationOfBefore(t *testing.T) {
+	caught := 0
+	for at := 1; at <= 6; at++ {
+		w := newFormingWorld(&testing.T{}, 3)
+		w.oldFormation = true
+		for i := 0; i < at; i++ {
+			_, a := w.pass()
+			w.apply(a)
+			w.now = w.now.Add(time.Second)
+			w.settle()
+		}
+		w.desired = 5
+		for i := 0; i < 100 && len(w.secondCluster) == 0; i++ {
+			_, a := w.pass()
+			w.apply(a)
+			w.now = w.now.Add(time.Second)
+			w.settle()
+		}
+		if len(w.secondCluster) > 0 {
+			caught++
+		}
+	}
+	if caught == 0 {
+		t.Fatalf("no resize during the formation of before formed a second cluster in the simulation")
+	}
+}
+
+// A crash-looping sidecar in every pod (path 7): the member's state is its etcd container's,
+// so scaling and replacing go as without it, and nothing is replaced for the sidecar's sake.
+func TestDecideMembershipSimulatedSidecar(t *testing.T) {
+	w := newSimWorld(t)
+	w.sidecar = true
+	for _, n := range []int32{3, 5, 3} {
+		w.desired = n
+		w.run(200, nil, 0)
+	}
+	if w.removedVoters != 2 {
+		t.Fatalf("%d voting members removed, want the two of the scale-in", w.removedVoters)
+	}
+	w.steps(int(2 * simTimeout / time.Second))
+	if w.removedVoters != 2 {
+		t.Fatalf("a member was removed for its sidecar's sake\n%s", strings.Join(w.log, "\n"))
+	}
+	simFaults["dead node"](w)
+	w.settle()
+	w.run(200, nil, 0)
 }
