@@ -104,14 +104,11 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 	return t
 }
 
-// endpoints are the client URLs of ordinals 0..n-1, by their stable DNS names.
-func (t topology) endpoints(n int32) []string {
-	out := make([]string, 0, n)
-	for i := int32(0); i < n; i++ {
-		out = append(out, fmt.Sprintf("http://%s-%d.%s.%s.svc:%d", t.statefulSet, i, t.service, t.namespace, t.clientPort))
-	}
-	return out
+// endpoint is the client URL of a member pod, by its stable DNS name.
+func (t topology) endpoint(pod string) string {
+	return fmt.Sprintf("http://%s.%s.%s.svc:%d", pod, t.service, t.namespace, t.clientPort)
 }
+
 
 func specReplicas(c *v1alpha1.EtcdCluster) int32 {
 	if c.Spec.Replicas != nil {

@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -66,11 +67,12 @@ func membershipProgress(a *plan.Step) bool {
 	return a != nil && a.Kind != plan.None && !degrades(a.Reason) && a.Reason != v1alpha1.ReasonReconciled && a.Reason != ""
 }
 
-// observe reads the StatefulSet from the cache and asks etcd, every pass, at every client URL
-// it knows (each ordinal of the StatefulSet and each member the status lists), ready or not:
-// a pod's readiness lags behind etcd, and a total outage must show in the status at once.
-// When no member can read the member list (quorum lost), it counts the members that still
-// answer a status call.
+// observe reads the StatefulSet from the cache and asks etcd, every pass, at the client URL of
+// every member pod whose etcd container runs, ready or not: a pod's readiness lags behind
+// etcd, and a total outage must show in the status at once. A pod whose container does not
+// run cannot answer, and asking it would only hold the pass for the call's timeout. When no
+// member can read the member list (quorum lost, or still forming), it counts the members
+// that answer a status call.
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
 	sts := &appsv1.StatefulSet{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
@@ -81,30 +83,32 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
 	}
 	o.sts = sts
-	n := max(sts.Status.Replicas, int32(len(c.Status.Members)))
-	if sts.Spec.Replicas != nil {
-		n = max(n, *sts.Spec.Replicas)
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return fmt.Errorf("failed to list member pods: %w", err)
 	}
-	endpoints := t.endpoints(n)
-	for _, m := range c.Status.Members {
-		if m.ClientURL != "" && !slices.Contains(endpoints, m.ClientURL) {
-			endpoints = append(endpoints, m.ClientURL)
+	var endpoints []string
+	for i := range pods.Items {
+		p := plan.Pod{}
+		plan.PodState(&p, &pods.Items[i])
+		if _, ok := plan.Ordinal(t.statefulSet, pods.Items[i].Name); ok && p.Running {
+			endpoints = append(endpoints, t.endpoint(pods.Items[i].Name))
 		}
 	}
+	o.etcdAsked = true
 	if len(endpoints) == 0 {
+		o.etcdErr = errors.New("no member pod runs etcd")
 		return nil
 	}
-	o.etcdAsked = true
 	cl, err := r.DialEtcd(ctx, endpoints)
 	if err != nil {
 		o.etcdErr = err
 		return nil
 	}
 	defer cl.Close()
-	obs, err := etcd.Observe(ctx, cl, r.EtcdTimeout)
+	obs, reached, err := etcd.ObserveEndpoints(ctx, cl, endpoints, r.EtcdTimeout)
 	if err != nil {
-		o.etcdErr = err
-		o.reached = etcd.Reachable(ctx, cl, endpoints, r.EtcdTimeout)
+		o.etcdErr, o.reached = err, reached
 		return nil
 	}
 	o.etcd = &obs

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -295,60 +294,72 @@ func (o Observed) ClusterVersion() string {
 	return out
 }
 
-// Observe reads the member list through c and then asks every member with a client URL for
-// its status, concurrently, each call bounded by perCall. It fails only when the member list
-// cannot be read.
-func Observe(ctx context.Context, c Client, perCall time.Duration) (Observed, error) {
-	lctx, cancel := context.WithTimeout(ctx, perCall)
-	cl, err := c.MemberList(lctx)
-	cancel()
-	if err != nil {
-		return Observed{}, err
-	}
-	o := Observed{Cluster: cl, Status: map[uint64]MemberStatus{}, StatusErr: map[uint64]error{}}
+
+
+// ObserveEndpoints asks each endpoint (a client URL) for its status first, concurrently, each
+// call bounded by perCall. When no member that answers knows a leader, the member list cannot
+// be read (etcd serves it linearizably), so it returns at once with how many answered and an
+// error, instead of waiting for a member list call to time out: members alive without a
+// quorum, or still forming. Otherwise it reads the member list and asks every listed member it
+// has not heard from yet. It never fails after the member list was read.
+func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall time.Duration) (Observed, int, error) {
+	answered := map[uint64]MemberStatus{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, m := range cl.Members {
-		if len(m.ClientURLs) == 0 {
-			mu.Lock()
-			o.StatusErr[m.ID] = errors.New("member has not started yet")
-			mu.Unlock()
+	asked := map[string]bool{}
+	for _, ep := range endpoints {
+		if asked[ep] {
 			continue
 		}
-		wg.Add(1)
-		go func(m Member) {
-			defer wg.Done()
-			sctx, cancel := context.WithTimeout(ctx, perCall)
-			defer cancel()
-			st, err := c.Status(sctx, m.ClientURLs[0])
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				o.StatusErr[m.ID] = err
-				return
-			}
-			o.Status[m.ID] = st
-		}(m)
-	}
-	wg.Wait()
-	return o, nil
-}
-
-// Reachable asks each endpoint for its status, concurrently, each call bounded by perCall, and
-// returns how many answered. It tells members that are alive without a quorum (they answer
-// status, but cannot read the member list) from members that are gone.
-func Reachable(ctx context.Context, c Client, endpoints []string, perCall time.Duration) int {
-	var n atomic.Int32
-	var wg sync.WaitGroup
-	for _, ep := range endpoints {
+		asked[ep] = true
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, perCall)
 			defer cancel()
-			if _, err := c.Status(sctx, ep); err == nil {
-				n.Add(1)
+			if st, err := c.Status(sctx, ep); err == nil {
+				mu.Lock()
+				answered[st.ID] = st
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return int(n.Load())
+	leader := false
+	for _, st := range answered {
+		leader = leader || st.Leader != 0
+	}
+	if !leader {
+		return Observed{}, len(answered), fmt.Errorf("no member that answers knows a leader (%d of %d endpoints answered)", len(answered), len(asked))
+	}
+	lctx, cancel := context.WithTimeout(ctx, perCall)
+	cl, err := c.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return Observed{}, len(answered), err
+	}
+	o := Observed{Cluster: cl, Status: map[uint64]MemberStatus{}, StatusErr: map[uint64]error{}}
+	for _, m := range cl.Members {
+		switch st, ok := answered[m.ID]; {
+		case ok:
+			o.Status[m.ID] = st
+		case len(m.ClientURLs) == 0:
+			o.StatusErr[m.ID] = errors.New("member has not started yet")
+		case asked[m.ClientURLs[0]]:
+			o.StatusErr[m.ID] = errors.New("member did not answer")
+		default:
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(ctx, perCall)
+				defer cancel()
+				st, err := c.Status(sctx, m.ClientURLs[0])
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					o.StatusErr[m.ID] = err
+					return
+				}
+				o.Status[m.ID] = st
+			})
+		}
+	}
+	wg.Wait()
+	return o, len(answered), nil
 }

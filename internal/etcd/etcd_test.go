@@ -121,7 +121,7 @@ func TestClientAgainstRealEtcd(t *testing.T) {
 	if !learner.IsLearner || learner.ID == 0 {
 		t.Fatalf("learner %+v", learner)
 	}
-	obs, err := etcd.Observe(ctx, c, 5*time.Second)
+	obs, _, err := etcd.ObserveEndpoints(ctx, c, []string{ep}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestObserveFailsWithoutAnyMember(t *testing.T) {
 	}
 	defer c.Close()
 	start := time.Now()
-	if _, err := etcd.Observe(ctx, c, 500*time.Millisecond); err == nil {
+	if _, _, err := etcd.ObserveEndpoints(ctx, c, []string{"http://127.0.31.9:2379"}, 500*time.Millisecond); err == nil {
 		t.Fatal("observing a cluster that does not exist succeeded")
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -169,21 +169,38 @@ func TestObserveFailsWithoutAnyMember(t *testing.T) {
 }
 
 func TestFakeInjectsErrors(t *testing.T) {
-	f := &etcd.Fake{ErrMemberList: fmt.Errorf("injected")}
-	if _, err := etcd.Observe(context.Background(), f, time.Second); err == nil {
-		t.Fatal("injected member list error was not returned")
+	f := &etcd.Fake{ErrMemberList: fmt.Errorf("injected"), Statuses: map[string]etcd.MemberStatus{"a": {ID: 1, Leader: 1}}}
+	if _, reached, err := etcd.ObserveEndpoints(context.Background(), f, []string{"a"}, time.Second); err == nil || reached != 1 {
+		t.Fatalf("injected member list error was not returned (%v), or the member that answered not counted (%d)", err, reached)
 	}
 	f = &etcd.Fake{
 		State:     etcd.Cluster{ClusterID: 1, Members: []etcd.Member{{ID: 1, Name: "a", ClientURLs: []string{"a"}}, {ID: 2, Name: "b", ClientURLs: []string{"b"}}}},
 		Statuses:  map[string]etcd.MemberStatus{"a": {ID: 1, Leader: 1}, "b": {ID: 2, Leader: 1}},
 		ErrStatus: map[string]error{"b": fmt.Errorf("injected")},
 	}
-	obs, err := etcd.Observe(context.Background(), f, time.Second)
+	obs, _, err := etcd.ObserveEndpoints(context.Background(), f, []string{"a", "b"}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if obs.Leader() != 1 || obs.StatusErr[2] == nil || len(obs.Status) != 1 {
 		t.Fatalf("observed %+v", obs)
+	}
+}
+
+// TestObserveEndpointsWithoutALeaderDoesNotWait: members that answer but know no leader (no
+// quorum, or forming) are counted, and the member list, which would wait for its timeout, is
+// not asked.
+func TestObserveEndpointsWithoutALeaderDoesNotWait(t *testing.T) {
+	f := &etcd.Fake{
+		State:    etcd.Cluster{ClusterID: 1, Members: []etcd.Member{{ID: 1, Name: "a", ClientURLs: []string{"a"}}, {ID: 2, Name: "b", ClientURLs: []string{"b"}}}},
+		Statuses: map[string]etcd.MemberStatus{"a": {ID: 1, Errors: []string{"etcdserver: no leader"}}},
+	}
+	_, reached, err := etcd.ObserveEndpoints(context.Background(), f, []string{"a", "b"}, time.Second)
+	if err == nil || reached != 1 {
+		t.Fatalf("err %v, reached %d; want an error and 1", err, reached)
+	}
+	if n := f.Calls["MemberList"]; n != 0 {
+		t.Fatalf("the member list was asked %d times without a leader", n)
 	}
 }
 
