@@ -109,7 +109,6 @@ func (t topology) endpoint(pod string) string {
 	return fmt.Sprintf("http://%s.%s.%s.svc:%d", pod, t.service, t.namespace, t.clientPort)
 }
 
-
 func specReplicas(c *v1alpha1.EtcdCluster) int32 {
 	if c.Spec.Replicas != nil {
 		return *c.Spec.Replicas

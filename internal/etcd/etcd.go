@@ -294,8 +294,6 @@ func (o Observed) ClusterVersion() string {
 	return out
 }
 
-
-
 // ObserveEndpoints asks each endpoint (a client URL) for its status first, concurrently, each
 // call bounded by perCall. When no member that answers knows a leader, the member list cannot
 // be read (etcd serves it linearizably), so it returns at once with how many answered and an
