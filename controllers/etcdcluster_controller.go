@@ -61,10 +61,13 @@ var OwnedKinds = []schema.GroupVersionKind{
 // EtcdClusterReconciler reconciles EtcdCluster objects.
 type EtcdClusterReconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
-	Client   client.Client
-	Scheme   *runtime.Scheme
-	Renderer *charts.Renderer
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server, past the cache: for the few reads a decision must
+	// not take from a cache that may lag (a claim the cache does not show). Client when nil.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Renderer  *charts.Renderer
+	Recorder  events.EventRecorder
 	// DialEtcd opens etcd clients; etcd.Dial in production.
 	DialEtcd etcd.Dialer
 	// EtcdTimeout bounds each etcd call of an observation.
@@ -82,6 +85,14 @@ type EtcdClusterReconciler struct {
 	// missingSince remembers since when member pods have been missing (see missingPods).
 	missingMu    sync.Mutex
 	missingSince map[string]time.Time
+}
+
+// apiReader is APIReader, or Client when none is set.
+func (r *EtcdClusterReconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // init fills the defaults; every entry point calls it, so a reconciler built by hand (a

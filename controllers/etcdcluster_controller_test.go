@@ -99,6 +99,8 @@ func markReady(t testing.TB, ns string) {
 	if err := getObject(ns, "etcd", sts); err != nil {
 		t.Fatal(err)
 	}
+	// Claims first, as the StatefulSet controller creates each claim before its pod: once a
+	// pod runs, every member's claim exists.
 	for i := int32(0); i < *sts.Spec.Replicas; i++ {
 		name := fmt.Sprintf("etcd-%d", i)
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-" + name, Namespace: ns,
@@ -108,6 +110,9 @@ func markReady(t testing.TB, ns string) {
 		if err := env.Client.Create(context.Background(), pvc); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
+	}
+	for i := int32(0); i < *sts.Spec.Replicas; i++ {
+		name := fmt.Sprintf("etcd-%d", i)
 		// The pods run the revision the StatefulSet's status names (etcd-1 below), so no rollout
 		// starts.
 		labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: "etcd-1"}

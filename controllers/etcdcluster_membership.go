@@ -191,6 +191,28 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		claimList[podName] = pvc
 	}
 	ephemeral := c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
+	// A missing claim of a started member means its data is gone; the cache may only lag
+	// behind (the StatefulSet creates a claim just before its pod), so that is read from the
+	// API server before anything concludes from it.
+	if !ephemeral && o.etcd != nil {
+		for _, m := range o.etcd.Cluster.Members {
+			k, ok := plan.Ordinal(t.statefulSet, m.Name)
+			if !ok || claimList[m.Name] != nil {
+				continue
+			}
+			pvc := &corev1.PersistentVolumeClaim{}
+			err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + m.Name}, pvc)
+			switch {
+			case apierrors.IsNotFound(err):
+				continue
+			case err != nil:
+				return mo, fmt.Errorf("failed to get volume claim data-%s: %w", m.Name, err)
+			}
+			p := info(k)
+			p.PVCExists, p.PVCUID, p.PVCDeleting = true, string(pvc.UID), pvc.DeletionTimestamp != nil
+			claimList[m.Name] = pvc
+		}
+	}
 	// The data holder of an ordinal is its claim, or under emptyDir storage its pod (the data
 	// lives and dies with it). Each is stamped with the member ID once that member ran on it.
 	stamps := map[string]string{}

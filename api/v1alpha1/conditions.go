@@ -169,7 +169,7 @@ const (
 // ReasonEffects declares once, for every reason a planner or the safety gate gives, whether it
 // waits, progresses or degrades.
 var ReasonEffects = map[string]Effect{
-	ReasonBootstrapping:       EffectProgresses,
+	ReasonBootstrapping:       EffectWaits,
 	ReasonEtcdUnreachable:     EffectDegrades,
 	ReasonQuorumLost:          EffectDegrades,
 	ReasonNoLeader:            EffectProgresses,

@@ -107,6 +107,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	r := &controllers.EtcdClusterReconciler{
 		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
 		Scheme:      scheme,
 		Renderer:    renderer,
 		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),

@@ -154,6 +154,11 @@ func Decide(o Observation) membershipAction {
 			msg += fmt.Sprintf("; spec.replicas (%d) applies once it has formed", o.Desired)
 		}
 		return wait(reasonBootstrapping, msg)
+	case !o.FormedBefore:
+		// The pass that first sees the cluster formed records it (status.clusterID) and
+		// changes nothing: founders may still be starting, and their pods and claims may not
+		// all show yet.
+		return wait(reasonBootstrapping, "the cluster formed; membership is checked from the next pass on")
 	case o.Etcd == nil && o.Reached > 0:
 		return wait(reasonQuorumLost, fmt.Sprintf("%d members answer, but none can read the member list: quorum is lost and the cluster does not serve. "+
 			"The operator changes no membership until a quorum answers. Bring the failed members back (check their pods, nodes and volumes); "+

@@ -43,6 +43,7 @@ type mdFix struct {
 	noEtcd         bool
 	keepPVCOnScale bool
 	founders       int32
+	firstFormed    bool // formed now, not in a pass before
 }
 
 // cluster is n started, healthy voting members at ordinals 0..n-1, led by ordinal 0, with
@@ -147,7 +148,7 @@ func (f *mdFix) obs() Observation {
 	o := Observation{
 		Desired: f.desired, StatefulSet: "etc", StsReplicas: f.sts, SplitBrain: f.splitBrain, Bootstrapped: !f.notBootstrap,
 		Intent: f.intent, PeerURL: mdPeerURL, LearnerMaxLag: 100, LostMemberTimeout: mdTimeout,
-		DeletePVCOnScaleIn: !f.keepPVCOnScale, Now: mdT0, Founders: f.founders, FormedBefore: !f.notBootstrap,
+		DeletePVCOnScaleIn: !f.keepPVCOnScale, Now: mdT0, Founders: f.founders, FormedBefore: !f.notBootstrap && !f.firstFormed,
 	}
 	ords := make([]int32, 0, len(f.pods))
 	for k := range f.pods {
@@ -234,6 +235,11 @@ func TestDecideMembership(t *testing.T) {
 			f := cluster3(3).want(1)
 			f.notBootstrap, f.founders = true, 3
 			f.leader = 0
+			return f
+		}(), kind: actWait, reason: reasonBootstrapping},
+		{name: "formation: the first pass that sees the cluster formed, founders still starting", fix: func() *mdFix {
+			f := cluster3(3).down(1).down(2)
+			f.firstFormed = true
 			return f
 		}(), kind: actWait, reason: reasonBootstrapping},
 		{name: "no member answered and the cluster never formed", fix: func() *mdFix { f := cluster3(3); f.noEtcd, f.notBootstrap = true, true; return f }(),
