@@ -245,8 +245,10 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		next = RequeueProgressing
 	}
 	if a := obs.membership; a != nil && a.Kind == plan.Wait {
-		if v1alpha1.ReasonEffects[a.Reason] == v1alpha1.EffectWaits {
-			// A learner starting or catching up shows up in etcd, not as a Kubernetes event.
+		if v1alpha1.ReasonEffects[a.Reason] == v1alpha1.EffectWaits || !isTrue(c.Status.Conditions, v1alpha1.ConditionAvailable) {
+			// A learner starting or catching up, members answering for the first time after
+			// the cluster formed, or a quorum coming back: all show up in etcd, not as a
+			// Kubernetes event.
 			next = time.Second
 		}
 		// A wait that ends by itself (a lost member's replaceAfter running out) is looked at

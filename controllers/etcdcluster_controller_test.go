@@ -126,7 +126,7 @@ func markReady(t testing.TB, ns string) {
 		}
 		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
 			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
 		if err := env.Client.Status().Update(context.Background(), pod); err != nil {
 			t.Fatal(err)
 		}

@@ -68,9 +68,10 @@ func membershipProgress(a *plan.Step) bool {
 }
 
 // observe reads the StatefulSet from the cache and asks etcd, every pass, at the client URL of
-// every member pod whose etcd container runs, ready or not: a pod's readiness lags behind
-// etcd, and a total outage must show in the status at once. A pod whose container does not
-// run cannot answer, and asking it would only hold the pass for the call's timeout. When no
+// every member pod whose etcd container runs and has started (passed its startup probe),
+// ready or not: a pod's readiness lags behind etcd, and a total outage must show in the
+// status at once. A container that does not run, or whose listeners are not up yet, cannot
+// answer, and asking it would only hold the pass for the call's timeout. When no
 // member can read the member list (quorum lost, or still forming), it counts the members
 // that answer a status call.
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
@@ -91,13 +92,13 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 	for i := range pods.Items {
 		p := plan.Pod{}
 		plan.PodState(&p, &pods.Items[i])
-		if _, ok := plan.Ordinal(t.statefulSet, pods.Items[i].Name); ok && p.Running {
+		if _, ok := plan.Ordinal(t.statefulSet, pods.Items[i].Name); ok && p.Started {
 			endpoints = append(endpoints, t.endpoint(pods.Items[i].Name))
 		}
 	}
 	o.etcdAsked = true
 	if len(endpoints) == 0 {
-		o.etcdErr = errors.New("no member pod runs etcd")
+		o.etcdErr = errors.New("no member pod runs etcd with its listeners up")
 		return nil
 	}
 	cl, err := r.DialEtcd(ctx, endpoints)

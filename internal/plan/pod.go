@@ -21,6 +21,10 @@ type Pod struct {
 	Deleting bool
 	// Running is true when the etcd container is running.
 	Running bool
+	// Started is true when the etcd container runs and passed its startup probe: its
+	// listeners are up, so etcd can be asked (a client waits its whole timeout, reconnecting
+	// with back-off, for a listener that is not up yet).
+	Started bool
 	// Ready is true when the pod's Ready condition is True.
 	Ready bool
 	// NodeReady is false when the pod's node reports Ready False or Unknown. A pod not

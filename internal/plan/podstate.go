@@ -18,7 +18,7 @@ func PodState(p *Pod, pod *corev1.Pod) {
 	p.Exists, p.Deleting, p.UID = true, pod.DeletionTimestamp != nil, string(pod.UID)
 	p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 	p.FailingSince = pod.CreationTimestamp.Time
-	p.Running, p.CrashLooping, p.RestartCount, p.Problem = false, false, 0, ""
+	p.Running, p.Started, p.CrashLooping, p.RestartCount, p.Problem = false, false, false, 0, ""
 	for _, cond := range pod.Status.Conditions {
 		switch {
 		case cond.Type == corev1.PodReady:
@@ -43,6 +43,7 @@ func PodState(p *Pod, pod *corev1.Pod) {
 		// The etcd container's own readiness: the pod's Ready condition needs every
 		// container, sidecars included.
 		p.Running, p.Ready = cs.State.Running != nil, cs.Ready
+		p.Started = p.Running && cs.Started != nil && *cs.Started
 		p.RestartCount = cs.RestartCount
 		p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
 		if prob := ContainerProblem(cs); prob != "" || p.Running {
