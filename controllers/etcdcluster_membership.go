@@ -129,9 +129,9 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 			}
 		}
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
-		return mo, fmt.Errorf("failed to list member pods: %w", err)
+	pods := o.pods
+	if pods == nil {
+		pods = &corev1.PodList{}
 	}
 	claims := &corev1.PersistentVolumeClaimList{}
 	if err := r.Client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
@@ -513,6 +513,11 @@ func ignoreGone(err error) error {
 func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo membership.Observation, a plan.Step) error {
 	var endpoints []string
 	for _, m := range mo.Etcd.Cluster.Members {
+		// A member being removed applies its own removal and stops: a request sent through it
+		// would fail although the removal committed.
+		if a.Kind == plan.RemoveMember && m.ID == a.ID {
+			continue
+		}
 		if _, ok := mo.Etcd.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
 			endpoints = append(endpoints, m.ClientURLs[0])
 		}

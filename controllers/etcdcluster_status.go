@@ -36,6 +36,8 @@ type observation struct {
 	applyErr error
 
 	sts *appsv1.StatefulSet // nil when absent
+	// pods are the member pods, listed once per pass (nil when the StatefulSet is absent).
+	pods *corev1.PodList
 
 	etcd    *etcd.Observed // nil when etcd was not asked or did not answer
 	etcdErr error
@@ -88,6 +90,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
 		return fmt.Errorf("failed to list member pods: %w", err)
 	}
+	o.pods = pods
 	var endpoints []string
 	for i := range pods.Items {
 		p := plan.Pod{}

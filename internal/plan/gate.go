@@ -243,17 +243,8 @@ func (v *evidenceView) healthyVoters(skip uint64) (n int32, sick []string) {
 	return n, sick
 }
 
-// changesCluster: steps that touch etcd or the member pods and claims.
-func changesCluster(s Step) bool {
-	switch s.Kind {
-	case None, Wait, RecordIntent, ClearIntent:
-		return false
-	}
-	return true
-}
-
 func oneClusterID(s Step, v *evidenceView) string {
-	if v.e.SplitBrain && changesCluster(s) {
+	if v.e.SplitBrain {
 		return "members report different cluster IDs"
 	}
 	return ""

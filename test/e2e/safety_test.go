@@ -200,13 +200,12 @@ func TestRolloutWaitsForAMemberWhosePodIsNotRecreated(t *testing.T) {
 		return nil
 	})
 	// Hold: well past the operator's passes, no other member goes.
-	hold := time.Now().Add(30 * time.Second)
-	for time.Now().Before(hold) {
+	holdFor(t, 30*time.Second, func() error {
 		if names := podNames(t, ns); len(names) < 2 {
-			t.Fatalf("a second member pod was deleted while %s had none: %v", first, names)
+			return fmt.Errorf("a second member pod was deleted while %s had none: %v", first, names)
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 	v, err := readEtcd(t, ns, 3)
 	if err != nil || v.healthy != 2 {
 		t.Fatalf("while %s has no pod: %d healthy voters (%v)", first, v.healthy, err)
@@ -391,20 +390,41 @@ func createEphemeral(t testing.TB, ns string, chartValues map[string]any) etcdVi
 	return waitVoters(t, ns, 3, 3*time.Minute)
 }
 
+// holdFor checks that cond keeps holding for d, and fails the test the first time it does
+// not. Something that must not happen cannot be waited for: it is sampled on a ticker for
+// the whole window instead.
+func holdFor(t testing.TB, d time.Duration, cond func() error) {
+	t.Helper()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(d)
+	for {
+		if err := cond(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-end:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // holdIDs checks for d that etcd keeps exactly the members of ids, none replaced.
 func holdIDs(t testing.TB, ns string, ids map[string]uint64, d time.Duration) {
 	t.Helper()
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		if v, err := readEtcd(t, ns, 3); err == nil {
-			for name, id := range ids {
-				if now, ok := v.ids[name]; ok && now != id {
-					t.Fatalf("%s was replaced (%x, was %x)", name, now, id)
-				}
+	holdFor(t, d, func() error {
+		v, err := readEtcd(t, ns, 3)
+		if err != nil {
+			return nil // a member list that does not answer in one sample replaces no one
+		}
+		for name, id := range ids {
+			if now, ok := v.ids[name]; ok && now != id {
+				return fmt.Errorf("%s was replaced (%x, was %x)", name, now, id)
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestEmptyDirMembersFormKeepDataAcrossRestartsAndAreReplacedWithTheirPod (paths 3 and 5): a
@@ -455,8 +475,8 @@ func TestEmptyDirMembersFormKeepDataAcrossRestartsAndAreReplacedWithTheirPod(t *
 	t.Logf("figures: fewest healthy voters %d of %d over %d samples", r.FewestHealthyVoters, r.VotersThen, r.Samples)
 }
 
-// TestResizeDuringFormationFormsOneCluster (path 4): spec.replicas changes from 3 to 5 half a
-// second after the cluster is created, while the founders start. The three founders form the
+// TestResizeDuringFormationFormsOneCluster (path 4): spec.replicas changes from 3 to 5 as soon
+// as the first founder's pod exists, while the founders start. The three founders form the
 // cluster; the two others join it as learners: one cluster ID, five voters.
 func TestResizeDuringFormationFormsOneCluster(t *testing.T) {
 	ns := namespace(t)
@@ -466,15 +486,25 @@ func TestResizeDuringFormationFormsOneCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startSampler(t, ns)
-	time.Sleep(500 * time.Millisecond)
+	eventually(t, time.Minute, "the first founder's pod", func() error {
+		if len(podNames(t, ns)) == 0 {
+			return fmt.Errorf("no member pod yet")
+		}
+		return nil
+	})
+	_, err := readEtcd(t, ns, 3)
+	formed := err == nil
 	patch := client.MergeFrom(c.DeepCopy())
 	c.Spec.Replicas = ptr.To[int32](5)
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
+	if formed {
+		t.Logf("the cluster had formed before the resize: this run checked a scale-out, not a resize during formation")
+	}
 	v := waitVoters(t, ns, 5, 4*time.Minute)
 	r := s.finish(t)
-	t.Logf("figures: five voters, cluster IDs %v, fewest healthy voters %d of %d over %d samples", v.clusterIDs, r.FewestHealthyVoters, r.VotersThen, r.Samples)
+	t.Logf("figures: resized while formed=%v; five voters, cluster IDs %v, fewest healthy voters %d of %d over %d samples", formed, v.clusterIDs, r.FewestHealthyVoters, r.VotersThen, r.Samples)
 }
 
 // TestQuorumLossShowsInStatusAtOnce (path 6): with the nodes of two members of three stopped,
