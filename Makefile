@@ -50,6 +50,7 @@ tools: ## Build the test binaries from Go modules into bin/ (cached).
 	hack/build-etcd.sh 3.6.15 >/dev/null
 	hack/build-etcd.sh 3.7.3 >/dev/null
 	hack/build-helm.sh >/dev/null
+	hack/build-minio.sh >/dev/null
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest; prints KUBEBUILDER_ASSETS.
