@@ -96,6 +96,16 @@ type EtcdClusterSpec struct {
 	// +optional
 	Chart ChartSpec `json:"chart,omitempty"`
 
+	// Backup takes scheduled, verified backups of the cluster (and one before every
+	// minor-version upgrade).
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// Maintenance tunes defragmentation and alarm handling.
+	// +kubebuilder:default={}
+	// +optional
+	Maintenance MaintenanceSpec `json:"maintenance,omitempty"`
+
 	// Paused stops every action on the cluster (apply, membership, upgrades); status is still
 	// reported.
 	// +optional
@@ -175,6 +185,65 @@ type UpgradeSpec struct {
 	// +kubebuilder:default="5m"
 	// +optional
 	MemberTimeout *metav1.Duration `json:"memberTimeout,omitempty"`
+}
+
+// MaintenanceSpec tunes the operator's maintenance of etcd's storage.
+type MaintenanceSpec struct {
+	// Defragmentation returns space that etcd freed (after compaction) to the file system.
+	// +kubebuilder:default={}
+	// +optional
+	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
+}
+
+// DefragmentationSpec decides when a member is defragmented. Members are defragmented one at
+// a time, followers first, the leader last after leadership moved, and never while another
+// voting member is down. A NOSPACE alarm is always handled (compact, defragment, disarm),
+// whatever these settings say.
+type DefragmentationSpec struct {
+	// Disabled turns off defragmentation driven by fragmentation and by the quota.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+
+	// FragmentedPercent is the share of a member's database file that must be free pages
+	// ((db size - db size in use) / db size) before it is defragmented.
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	FragmentedPercent int32 `json:"fragmentedPercent,omitempty"`
+
+	// MinFragmentedSize is the least free space worth a defragmentation.
+	// +kubebuilder:default="64Mi"
+	// +optional
+	MinFragmentedSize *resource.Quantity `json:"minFragmentedSize,omitempty"`
+
+	// QuotaPercent defragments a member whose database file exceeds this share of the space
+	// quota (spec.etcd.quotaBackendBytes, etcd's default 2Gi) and holds free pages, whatever
+	// its fragmentation, before etcd raises a NOSPACE alarm.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	QuotaPercent int32 `json:"quotaPercent,omitempty"`
+
+	// Schedule, in cron syntax, restricts defragmentation driven by fragmentation to windows
+	// that open at these times and last Window; empty means at any time. The quota trigger
+	// and NOSPACE recovery do not wait for a window.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="!self.contains('TZ=')",message="schedule must not carry a time zone (CRON_TZ= or TZ=); use defragmentation.timeZone"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^@(yearly|annually|monthly|weekly|daily|midnight|hourly|every [0-9].*)$') || self.split(' ').filter(f, f != '').size() == 5",message="schedule must be five cron fields (minute hour day-of-month month day-of-week, for example '0 3 * * 0') or a descriptor such as @weekly"
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
+
+	// TimeZone is the IANA time zone of Schedule; default UTC.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// Window is how long after each scheduled time defragmentation may start.
+	// +kubebuilder:default="1h"
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
 }
 
 // AutoCompactionMode is etcd's --auto-compaction-mode.
@@ -362,6 +431,10 @@ type EtcdClusterStatus struct {
 	// LastLeaderChangeTime is when the operator last observed a new leader.
 	// +optional
 	LastLeaderChangeTime *metav1.Time `json:"lastLeaderChangeTime,omitempty"`
+
+	// Backup is the state of the backups: the newest successful one and the schedule.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
 }
 
 // UpgradeStatus is a rollout in progress.
@@ -397,6 +470,7 @@ type UpgradeStatus struct {
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.targetVersion`,priority=1
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec) || !has(oldSelf.spec.version) || !has(self.spec.version) || !self.spec.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.spec.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.spec.version.split('.')[1]) >= int(oldSelf.spec.version.split('.')[1]) || (has(self.status) && has(self.status.clusterVersion) && self.status.clusterVersion.matches('^[0-9]+\\\\.[0-9]+\\\\.') && int(self.spec.version.split('.')[1]) >= int(self.status.clusterVersion.split('.')[1]))",messageExpression="'version cannot go from ' + oldSelf.spec.version + ' down to ' + self.spec.version + ': ' + (has(self.status) && has(self.status.clusterVersion) ? 'etcd already runs the cluster at version ' + self.status.clusterVersion + ' (status.clusterVersion)' : 'the cluster version etcd runs is not known yet') + '. A downgrade across minor versions needs etcd\\'s downgrade procedure, which etcd-pilot does not run; going back a minor is allowed only while an upgrade has not completed (the cluster version is still the older minor)'"
 type EtcdCluster struct {

@@ -23,7 +23,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &EtcdCluster{}, &EtcdClusterList{})
+	s.AddKnownTypes(GroupVersion, &EtcdCluster{}, &EtcdClusterList{}, &EtcdBackup{}, &EtcdBackupList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -32,15 +32,18 @@ var referenceLeaves = map[string]string{
 // `go test ./api/... -run TestAPIReferenceIsCurrent -update` after changing the API.
 func TestAPIReferenceIsCurrent(t *testing.T) {
 	root := filepath.Join("..", "..")
-	data, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", "etcdpilot.io_etcdclusters.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	var got []byte
+	for _, kind := range []string{"etcdclusters", "etcdbackups"} {
+		data, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", "etcdpilot.io_"+kind+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(data, crd); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, reference(crd)...)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		t.Fatal(err)
-	}
-	got := reference(crd)
 	path := filepath.Join(root, "docs", "api-reference.md")
 	if *updateReference {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
@@ -62,8 +65,15 @@ func reference(crd *apiextensionsv1.CustomResourceDefinition) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s reference\n\n", crd.Spec.Names.Kind)
 	fmt.Fprintf(&b, "Generated from the CRD (`config/crd/bases`) by `go test ./api/... -run TestAPIReferenceIsCurrent -update`; do not edit.\n\n")
-	fmt.Fprintf(&b, "`apiVersion: %s/%s`, `kind: %s`, short name `%s`. Subresources: status, scale.\n\n",
-		crd.Spec.Group, v.Name, crd.Spec.Names.Kind, strings.Join(crd.Spec.Names.ShortNames, ", "))
+	var subresources []string
+	if v.Subresources != nil && v.Subresources.Status != nil {
+		subresources = append(subresources, "status")
+	}
+	if v.Subresources != nil && v.Subresources.Scale != nil {
+		subresources = append(subresources, "scale")
+	}
+	fmt.Fprintf(&b, "`apiVersion: %s/%s`, `kind: %s`, short name `%s`. Subresources: %s.\n\n",
+		crd.Spec.Group, v.Name, crd.Spec.Names.Kind, strings.Join(crd.Spec.Names.ShortNames, ", "), strings.Join(subresources, ", "))
 	for _, section := range []string{"spec", "status"} {
 		fmt.Fprintf(&b, "## %s\n\n| Field | Type | Default | Description |\n|---|---|---|---|\n", section)
 		var rules []string
