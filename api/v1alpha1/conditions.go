@@ -145,6 +145,28 @@ const (
 	ReasonVersionRefused = "VersionRefused"
 )
 
+// Maintenance reasons (defragmentation, compaction, alarms), in Progressing and Degraded.
+const (
+	// ReasonDefragmenting : a member is being defragmented (one at a time, followers first,
+	// the leader last after leadership moved), or a defragmentation waits for every voting
+	// member to be up and caught up.
+	ReasonDefragmenting = "Defragmenting"
+	// ReasonCompacting : the keyspace is being compacted to the current revision, the first
+	// step of the recovery from a NOSPACE alarm.
+	ReasonCompacting = "Compacting"
+	// ReasonNoSpaceAlarm : etcd raised a NOSPACE alarm: the cluster refuses writes until space
+	// is freed (compaction, defragmentation) and the alarm disarmed. The operator recovers by
+	// itself; the message says what blocks it, or that the data does not fit under the quota
+	// (raise spec.etcd.quotaBackendBytes or delete data).
+	ReasonNoSpaceAlarm = "NoSpaceAlarm"
+	// ReasonCorruptAlarm : etcd raised a CORRUPT alarm: a member's data differs from the
+	// others'. The operator never disarms it: find the corrupt member (etcdctl alarm list,
+	// etcdctl endpoint hashkv), remove it so the operator replaces it, or restore from a backup.
+	ReasonCorruptAlarm = "CorruptAlarm"
+	// ReasonDisarmingAlarm : a NOSPACE alarm is being disarmed after its cause was removed.
+	ReasonDisarmingAlarm = "DisarmingAlarm"
+)
+
 // Safety gate reasons.
 const (
 	// ReasonStepRefused : the safety gate refused the step a planner proposed, because it
@@ -200,4 +222,9 @@ var ReasonEffects = map[string]Effect{
 	ReasonVersionStep:         EffectWaits,
 	ReasonUpgradeStalled:      EffectDegrades,
 	ReasonStepRefused:         EffectWaits,
+	ReasonDefragmenting:       EffectProgresses,
+	ReasonCompacting:          EffectProgresses,
+	ReasonNoSpaceAlarm:        EffectDegrades,
+	ReasonCorruptAlarm:        EffectDegrades,
+	ReasonDisarmingAlarm:      EffectProgresses,
 }
