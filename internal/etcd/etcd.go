@@ -1,6 +1,7 @@
 // Package etcd is etcd-pilot's narrow view of an etcd cluster: membership, per-member status,
-// leadership. Controllers use the Client interface; Dial returns one backed by clientv3, and
-// fake.go holds a fake for error paths. The package must not import a Kubernetes client.
+// leadership, and the maintenance calls (snapshots, defragmentation, alarms, compaction).
+// Controllers use the Client interface; Dial returns one backed by clientv3, and fake.go holds a
+// fake for error paths. The package must not import a Kubernetes client.
 package etcd
 
 import (
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -37,9 +39,14 @@ type MemberStatus struct {
 	ID        uint64
 	ClusterID uint64 // the cluster the member belongs to, as it reports it
 	Version   string
-	DBSize    int64
-	Leader    uint64
-	RaftIndex uint64
+	// Revision is the member's key-value store revision when it answered.
+	Revision int64
+	// DBSize is the size of the member's database file; DBSizeInUse the part of it that holds
+	// data. A defragmentation shrinks DBSize to about DBSizeInUse.
+	DBSize      int64
+	DBSizeInUse int64
+	Leader      uint64
+	RaftIndex   uint64
 	// AppliedIndex is the last raft entry the member applied; it snapshots every
 	// --snapshot-count applied entries.
 	AppliedIndex uint64
@@ -77,8 +84,60 @@ type Client interface {
 	// pairs. Members snapshot every --snapshot-count applied entries, so this moves an idle
 	// cluster's snapshots past old log entries.
 	AdvanceLog(ctx context.Context, n int) error
+	// Snapshot starts streaming the database of the member serving endpoint (a client URL),
+	// over a connection to that member only. ctx bounds the whole stream, not only its start.
+	// The caller must Close the snapshot, whether or not it read it to the end. The stream is
+	// not verified here: see internal/backup.
+	Snapshot(ctx context.Context, endpoint string) (*Snapshot, error)
+	// Defragment rewrites the database of the member serving endpoint to give its free pages
+	// back to the file system. The member serves no reads or writes while it runs, so the
+	// caller must defragment one member at a time.
+	Defragment(ctx context.Context, endpoint string) error
+	// Alarms lists the cluster's active alarms (alarms are replicated: any member answers).
+	Alarms(ctx context.Context) ([]Alarm, error)
+	// DisarmAlarm clears one alarm. The caller must first remove its cause (for NOSPACE:
+	// compact and defragment), or the member raises it again. An alarm that is not active is
+	// not an error.
+	DisarmAlarm(ctx context.Context, a Alarm) error
+	// Compact discards the key history before revision and waits until the member serving the
+	// request has removed it from its database (a physical compaction; the others follow
+	// asynchronously). A revision already compacted is not an error; one above the current
+	// revision is.
+	Compact(ctx context.Context, revision int64) error
 	// Close releases the connections.
 	Close() error
+}
+
+// Snapshot is a member's database as etcd streams it: the bbolt file followed by the 32-byte
+// SHA-256 of the bytes before it, the form etcdutl snapshot restore checks. Read it to the end
+// and Close it; Close also ends the stream early and releases the connection to the member.
+type Snapshot struct {
+	io.ReadCloser
+	// Revision is the member's revision read just before the snapshot began: the snapshot holds
+	// every revision up to it, and may hold later ones written while it began. etcd's snapshot
+	// stream carries no response header, so this comes from a status call on the same
+	// connection.
+	Revision int64
+	// MemberID is the member that answered on the endpoint.
+	MemberID uint64
+	// Version is the member's server version (e.g. 3.6.16), from the same status call.
+	Version string
+	// StorageVersion is the database's storage version (MAJOR.MINOR.0) that the snapshot
+	// stream reports: the oldest etcd that can restore it. Empty before etcd 3.6.
+	StorageVersion string
+}
+
+// Alarm types etcd raises.
+const (
+	AlarmNoSpace = "NOSPACE" // a member's database reached --quota-backend-bytes; writes fail
+	AlarmCorrupt = "CORRUPT" // a member's data differs from the others'
+)
+
+// Alarm is one active alarm: which member raised it, and its type (AlarmNoSpace,
+// AlarmCorrupt).
+type Alarm struct {
+	MemberID uint64
+	Type     string
 }
 
 // Dialer opens a Client for a set of client URLs. Controllers take a Dialer so tests can hand
@@ -131,7 +190,8 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
 	}
 	st := MemberStatus{
-		ID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId, Version: resp.Version, DBSize: resp.DbSize, Leader: resp.Leader,
+		ID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId, Version: resp.Version, Revision: resp.Header.Revision,
+		DBSize: resp.DbSize, DBSizeInUse: resp.DbSizeInUse, Leader: resp.Leader,
 		RaftIndex: resp.RaftIndex, AppliedIndex: resp.RaftAppliedIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
 	}
 	// The cluster version is not part of the status reply; every member serves it on its
@@ -242,6 +302,103 @@ func (c *client) AdvanceLog(ctx context.Context, n int) error {
 	wg.Wait()
 	if firstErr != nil {
 		return fmt.Errorf("failed to advance the raft log (%d of %d lease grant/revoke pairs failed): %w", failed, pairs, firstErr)
+	}
+	return nil
+}
+
+func (c *client) Snapshot(ctx context.Context, endpoint string) (*Snapshot, error) {
+	// c.c.Dial connects to endpoint alone, with the client's dial options (as Status and
+	// Defragment do), so the snapshot is that member's and no other's.
+	conn, err := c.c.Dial(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("failed to dial etcd member %s: %w", endpoint, err)
+	}
+	m := clientv3.NewMaintenanceFromMaintenanceClient(pb.NewMaintenanceClient(conn), c.c)
+	st, err := m.Status(ctx, endpoint)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
+	}
+	// Closing the pipe reader alone would leave clientv3's receiving goroutine and the gRPC
+	// stream running until the member finished sending; cancelling the context ends both.
+	sctx, cancel := context.WithCancel(ctx)
+	resp, err := m.SnapshotWithVersion(sctx)
+	if err != nil {
+		cancel()
+		_ = conn.Close()
+		return nil, fmt.Errorf("failed to start a snapshot of etcd member %s: %w", endpoint, err)
+	}
+	return &Snapshot{
+		ReadCloser: &snapshotStream{endpoint: endpoint, r: resp.Snapshot, cancel: cancel, conn: conn},
+		Revision:   st.Header.Revision, MemberID: st.Header.MemberId, Version: st.Version, StorageVersion: resp.Version,
+	}, nil
+}
+
+// snapshotStream is a snapshot's reader; Close ends the stream and the member's connection.
+type snapshotStream struct {
+	endpoint string
+	r        io.ReadCloser
+	cancel   context.CancelFunc
+	conn     io.Closer
+	once     sync.Once
+	err      error
+}
+
+func (s *snapshotStream) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("failed to read the snapshot of etcd member %s: %w", s.endpoint, err)
+	}
+	return n, err
+}
+
+func (s *snapshotStream) Close() error {
+	s.once.Do(func() {
+		_ = s.r.Close()
+		s.cancel()
+		if err := s.conn.Close(); err != nil {
+			s.err = fmt.Errorf("failed to close the connection to etcd member %s: %w", s.endpoint, err)
+		}
+	})
+	return s.err
+}
+
+func (c *client) Defragment(ctx context.Context, endpoint string) error {
+	if _, err := c.c.Defragment(ctx, endpoint); err != nil {
+		return fmt.Errorf("failed to defragment etcd member %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+func (c *client) Alarms(ctx context.Context) ([]Alarm, error) {
+	resp, err := c.c.AlarmList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list etcd alarms: %w", err)
+	}
+	out := make([]Alarm, 0, len(resp.Alarms))
+	for _, a := range resp.Alarms {
+		out = append(out, Alarm{MemberID: a.MemberID, Type: a.Alarm.String()})
+	}
+	return out, nil
+}
+
+func (c *client) DisarmAlarm(ctx context.Context, a Alarm) error {
+	t, ok := pb.AlarmType_value[a.Type]
+	// clientv3 reads member 0 with type NONE as "every alarm": refuse it rather than clear
+	// alarms the caller did not name.
+	if !ok || pb.AlarmType(t) == pb.AlarmType_NONE || a.MemberID == 0 {
+		return fmt.Errorf("failed to disarm etcd alarm %s on member %s: not a single alarm", a.Type, FormatID(a.MemberID))
+	}
+	if _, err := c.c.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: pb.AlarmType(t)}); err != nil {
+		return fmt.Errorf("failed to disarm etcd alarm %s on member %s: %w", a.Type, FormatID(a.MemberID), err)
+	}
+	return nil
+}
+
+func (c *client) Compact(ctx context.Context, revision int64) error {
+	_, err := c.c.Compact(ctx, revision, clientv3.WithCompactPhysical())
+	if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return fmt.Errorf("failed to compact etcd at revision %d: %w", revision, err)
 	}
 	return nil
 }

@@ -1,25 +1,33 @@
 package etcd_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 )
 
-// startEtcd runs a real one-member etcd on a loopback address of its own and returns its
-// client URL. The binary comes from $ETCD or bin/etcd/v3.6.16 (hack/build-etcd.sh).
-func startEtcd(t *testing.T, ip string) string {
+// startEtcd runs a real one-member etcd on a loopback address of its own, with any extra
+// flags, and returns its client URL. The binary comes from $ETCD or bin/etcd/v3.6.16
+// (hack/build-etcd.sh).
+func startEtcd(t testing.TB, ip string, flags ...string) string {
 	t.Helper()
 	bin := os.Getenv("ETCD")
 	if bin == "" {
@@ -31,12 +39,12 @@ func startEtcd(t *testing.T, ip string) string {
 	}
 	client := fmt.Sprintf("http://%s:2379", ip)
 	peer := fmt.Sprintf("http://%s:2380", ip)
-	cmd := exec.Command(bin,
-		"--name=m0", "--data-dir="+t.TempDir(),
-		"--listen-client-urls="+client, "--advertise-client-urls="+client,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
-		"--listen-metrics-urls="+fmt.Sprintf("http://%s:2381", ip),
-		"--initial-cluster=m0="+peer, "--initial-cluster-state=new", "--log-level=error")
+	cmd := exec.Command(bin, append([]string{
+		"--name=m0", "--data-dir=" + t.TempDir(),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--listen-metrics-urls=" + fmt.Sprintf("http://%s:2381", ip),
+		"--initial-cluster=m0=" + peer, "--initial-cluster-state=new", "--log-level=error"}, flags...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("failed to start etcd: %v", err)
@@ -234,4 +242,260 @@ func kvRevision(t *testing.T, ep string) int64 {
 		t.Fatal(err)
 	}
 	return resp.Header.Revision
+}
+
+// kv is a plain clientv3 client on ep for the writes the tests make.
+func kv(t *testing.T, ep string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func TestSnapshotOfAMember(t *testing.T) {
+	ep := startEtcd(t, "127.0.41.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := etcd.Dial(ctx, []string{ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cli := kv(t, ep)
+	for i := range 100 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("key-%03d", i), strings.Repeat("v", 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := kvRevision(t, ep)
+	st, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Revision != rev || st.DBSizeInUse <= 0 || st.DBSizeInUse > st.DBSize {
+		t.Fatalf("status revision %d (want %d), db size %d, in use %d", st.Revision, rev, st.DBSize, st.DBSizeInUse)
+	}
+
+	snap, err := c.Snapshot(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if snap.Revision != rev || snap.MemberID != st.ID || snap.Version != st.Version || snap.StorageVersion != "3.6.0" {
+		t.Fatalf("snapshot revision %d member %x version %q storage version %q; want %d %x %q 3.6.0",
+			snap.Revision, snap.MemberID, snap.Version, snap.StorageVersion, rev, st.ID, st.Version)
+	}
+	// The stream is the database followed by its SHA-256, where etcdutl looks for it.
+	body, trailer := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], trailer) || len(data)%512 != sha256.Size {
+		t.Fatalf("snapshot of %d bytes does not end with the SHA-256 of the bytes before it", len(data))
+	}
+	if int64(len(body)) < st.DBSizeInUse {
+		t.Fatalf("snapshot database of %d bytes, smaller than the %d bytes in use", len(body), st.DBSizeInUse)
+	}
+
+	// A snapshot closed before its end releases the stream at once; reading it then fails.
+	snap, err = c.Snapshot(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(snap, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := snap.Close(); err != nil {
+		t.Fatalf("close mid-stream: %v", err)
+	}
+	if _, err := io.ReadAll(snap); err == nil {
+		t.Fatal("reading a closed snapshot succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("closing a snapshot mid-stream took %s", d)
+	}
+
+	// A member that does not answer fails within the caller's deadline.
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	if _, err := c.Snapshot(sctx, "http://127.0.41.9:2379"); err == nil {
+		t.Fatal("a snapshot of a member that does not exist succeeded")
+	}
+}
+
+func TestDefragmentShrinksTheDatabase(t *testing.T) {
+	ep := startEtcd(t, "127.0.41.2")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := etcd.Dial(ctx, []string{ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cli := kv(t, ep)
+	value := strings.Repeat("x", 64<<10)
+	for i := range 256 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("bulk/%03d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cli.Delete(ctx, "bulk/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compact(ctx, st.Revision); err != nil {
+		t.Fatal(err)
+	}
+	// Compacting again at a revision already compacted converges; a future revision fails.
+	if err := c.Compact(ctx, st.Revision); err != nil {
+		t.Fatalf("second compaction: %v", err)
+	}
+	if err := c.Compact(ctx, st.Revision+1000); err == nil {
+		t.Fatal("compacting at a future revision succeeded")
+	}
+	before, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.DBSize < 16<<20 || before.DBSizeInUse > before.DBSize/4 {
+		t.Fatalf("after deleting and compacting: db size %d, in use %d; want a large file mostly free", before.DBSize, before.DBSizeInUse)
+	}
+	if err := c.Defragment(ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.DBSize > before.DBSize/4 || after.DBSize > 2*after.DBSizeInUse {
+		t.Fatalf("defragment: db size %d -> %d (in use %d -> %d)", before.DBSize, after.DBSize, before.DBSizeInUse, after.DBSizeInUse)
+	}
+	t.Logf("defragment: db size %d -> %d bytes (in use %d)", before.DBSize, after.DBSize, after.DBSizeInUse)
+}
+
+func TestNoSpaceAlarm(t *testing.T) {
+	ep := startEtcd(t, "127.0.41.3", fmt.Sprintf("--quota-backend-bytes=%d", 16<<20))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := etcd.Dial(ctx, []string{ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := kv(t, ep)
+	// Overwriting one key keeps every old value until a compaction: the database fills.
+	value := strings.Repeat("x", 1<<20)
+	var putErr error
+	for i := 0; i < 64 && putErr == nil; i++ {
+		_, putErr = cli.Put(ctx, "fill", value)
+	}
+	if !errors.Is(putErr, rpctypes.ErrNoSpace) {
+		t.Fatalf("filling a 16 MiB quota with 64 MiB: %v, want %v", putErr, rpctypes.ErrNoSpace)
+	}
+	alarms, err := c.Alarms(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSpace := etcd.Alarm{MemberID: st.ID, Type: etcd.AlarmNoSpace}
+	if !slices.Contains(alarms, noSpace) {
+		t.Fatalf("alarms %+v, want %+v", alarms, noSpace)
+	}
+	// The documented way out: compact, defragment, then disarm (disarming first would let the
+	// next write raise the alarm again).
+	full, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compact(ctx, full.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Defragment(ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DisarmAlarm(ctx, noSpace); err != nil {
+		t.Fatal(err)
+	}
+	if alarms, err := c.Alarms(ctx); err != nil || len(alarms) != 0 {
+		t.Fatalf("alarms after disarming: %+v %v", alarms, err)
+	}
+	// An alarm that is no longer active disarms as success; an alarm naming nothing is refused
+	// (clientv3 would read it as "every alarm").
+	if err := c.DisarmAlarm(ctx, noSpace); err != nil {
+		t.Fatalf("second disarm: %v", err)
+	}
+	if err := c.DisarmAlarm(ctx, etcd.Alarm{}); err == nil {
+		t.Fatal("disarming the zero alarm succeeded")
+	}
+	if _, err := cli.Put(ctx, "after", "ok"); err != nil {
+		t.Fatalf("write after recovering from NOSPACE: %v", err)
+	}
+}
+
+func TestFakeMaintenance(t *testing.T) {
+	ctx := context.Background()
+	f := &etcd.Fake{
+		Statuses:     map[string]etcd.MemberStatus{"a": {ID: 1, Revision: 42, DBSize: 100, DBSizeInUse: 10, Version: "3.6.16", ClusterVersion: "3.6.0"}, "b": {ID: 2, DBSize: 50, DBSizeInUse: 5}},
+		Snapshots:    map[string][]byte{"a": []byte("database")},
+		ActiveAlarms: []etcd.Alarm{{MemberID: 1, Type: etcd.AlarmNoSpace}, {MemberID: 2, Type: etcd.AlarmNoSpace}},
+		ErrSnapshot:  map[string]error{"b": fmt.Errorf("injected")},
+	}
+	snap, err := f.Snapshot(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(snap)
+	if err != nil || string(data) != "database" || snap.Revision != 42 || snap.MemberID != 1 || snap.Version != "3.6.16" || snap.StorageVersion != "3.6.0" {
+		t.Fatalf("snapshot %q %v %+v", data, err, snap)
+	}
+	_ = snap.Close()
+	_ = snap.Close()
+	if f.Calls["Snapshot"] != 1 || f.Calls["SnapshotClose"] != 1 {
+		t.Fatalf("calls %v", f.Calls)
+	}
+	if _, err := f.Snapshot(ctx, "b"); err == nil {
+		t.Fatal("injected snapshot error was not returned")
+	}
+	if err := f.Defragment(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.Status(ctx, "b"); st.DBSize != 5 {
+		t.Fatalf("defragmented status %+v", st)
+	}
+	if st, _ := f.Status(ctx, "a"); st.DBSize != 100 {
+		t.Fatalf("defragmenting b changed a: %+v", st)
+	}
+	f.ErrDefragment = map[string]error{"a": fmt.Errorf("injected")}
+	if err := f.Defragment(ctx, "a"); err == nil {
+		t.Fatal("injected defragment error was not returned")
+	}
+	if err := f.DisarmAlarm(ctx, etcd.Alarm{MemberID: 2, Type: etcd.AlarmNoSpace}); err != nil {
+		t.Fatal(err)
+	}
+	if alarms, _ := f.Alarms(ctx); !slices.Equal(alarms, []etcd.Alarm{{MemberID: 1, Type: etcd.AlarmNoSpace}}) {
+		t.Fatalf("alarms %+v", alarms)
+	}
+	f.ErrAlarms = fmt.Errorf("injected")
+	if _, err := f.Alarms(ctx); err == nil {
+		t.Fatal("injected alarms error was not returned")
+	}
+	if err := f.Compact(ctx, 40); err != nil || f.CompactRevision != 40 {
+		t.Fatalf("compact: %v, revision %d", err, f.CompactRevision)
+	}
+	if err := f.Compact(ctx, 43); err == nil {
+		t.Fatal("compacting above the current revision succeeded")
+	}
 }

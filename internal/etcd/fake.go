@@ -1,8 +1,10 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -14,10 +16,22 @@ type Fake struct {
 	// State is the cluster the fake reports; Statuses the per-endpoint status replies.
 	State    Cluster
 	Statuses map[string]MemberStatus
+	// Snapshots holds the bytes Snapshot serves, by endpoint; an endpoint that has a status
+	// but no entry serves an empty stream.
+	Snapshots map[string][]byte
+	// ActiveAlarms is what Alarms reports; DisarmAlarm removes from it.
+	ActiveAlarms []Alarm
+	// CompactRevision is the highest revision Compact was called with.
+	CompactRevision int64
 
 	// Injected errors.
-	ErrMemberList error
-	ErrStatus     map[string]error
+	ErrMemberList  error
+	ErrStatus      map[string]error
+	ErrSnapshot    map[string]error
+	ErrDefragment  map[string]error
+	ErrAlarms      error
+	ErrDisarmAlarm error
+	ErrCompact     error
 
 	// Calls counts the calls by method name.
 	Calls map[string]int
@@ -141,6 +155,101 @@ func (f *Fake) MoveLeader(_ context.Context, leaderEndpoint string, transferee u
 		st.Leader = transferee
 		f.Statuses[ep] = st
 	}
+	return nil
+}
+
+// Snapshot implements Client: it serves f.Snapshots[endpoint], with the revision, ID and version
+// of the endpoint's status, and its cluster version as the storage version. Closing the
+// snapshot counts as a call to "SnapshotClose".
+func (f *Fake) Snapshot(_ context.Context, endpoint string) (*Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("Snapshot")
+	if err := f.ErrSnapshot[endpoint]; err != nil {
+		return nil, err
+	}
+	st, ok := f.Statuses[endpoint]
+	if !ok {
+		return nil, fmt.Errorf("failed to start a snapshot of etcd member %s: no such endpoint", endpoint)
+	}
+	return &Snapshot{
+		ReadCloser: &fakeStream{Reader: bytes.NewReader(f.Snapshots[endpoint]), f: f},
+		Revision:   st.Revision, MemberID: st.ID, Version: st.Version, StorageVersion: st.ClusterVersion,
+	}, nil
+}
+
+type fakeStream struct {
+	*bytes.Reader
+	f    *Fake
+	once sync.Once
+}
+
+func (s *fakeStream) Close() error {
+	s.once.Do(func() {
+		s.f.mu.Lock()
+		defer s.f.mu.Unlock()
+		s.f.count("SnapshotClose")
+	})
+	return nil
+}
+
+// Defragment implements Client: the endpoint's database shrinks to the size in use.
+func (f *Fake) Defragment(_ context.Context, endpoint string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("Defragment")
+	if err := f.ErrDefragment[endpoint]; err != nil {
+		return err
+	}
+	st, ok := f.Statuses[endpoint]
+	if !ok {
+		return fmt.Errorf("failed to defragment etcd member %s: no such endpoint", endpoint)
+	}
+	st.DBSize = st.DBSizeInUse
+	f.Statuses[endpoint] = st
+	return nil
+}
+
+// Alarms implements Client.
+func (f *Fake) Alarms(context.Context) ([]Alarm, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("Alarms")
+	if f.ErrAlarms != nil {
+		return nil, f.ErrAlarms
+	}
+	return slices.Clone(f.ActiveAlarms), nil
+}
+
+// DisarmAlarm implements Client: it removes a from ActiveAlarms.
+func (f *Fake) DisarmAlarm(_ context.Context, a Alarm) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("DisarmAlarm")
+	if f.ErrDisarmAlarm != nil {
+		return f.ErrDisarmAlarm
+	}
+	f.ActiveAlarms = slices.DeleteFunc(f.ActiveAlarms, func(x Alarm) bool { return x == a })
+	return nil
+}
+
+// Compact implements Client: it records the highest revision compacted. Like etcd, it
+// refuses a revision above every member's reported revision, when any member reports one.
+func (f *Fake) Compact(_ context.Context, revision int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("Compact")
+	if f.ErrCompact != nil {
+		return f.ErrCompact
+	}
+	var current int64
+	for _, st := range f.Statuses {
+		current = max(current, st.Revision)
+	}
+	if current > 0 && revision > current {
+		return fmt.Errorf("failed to compact etcd at revision %d: the current revision is %d", revision, current)
+	}
+	f.CompactRevision = max(f.CompactRevision, revision)
 	return nil
 }
 
