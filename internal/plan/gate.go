@@ -62,6 +62,8 @@ var Invariants = []Invariant{
 	{"OneLearner", oneLearner},
 	{"PromoteOnlyCaughtUpLearners", promoteCaughtUp},
 	{"LeaderMovesToAHealthyVoter", leaderTarget},
+	{"NoDefragmentOfTheLeader", noDefragmentOfTheLeader},
+	{"NeverDisarmCorrupt", neverDisarmCorrupt},
 	{"ClaimsOnlyOfNonVoters", claimsOnlyOfNonVoters},
 	{"FoundersFixedUntilFormed", foundersFixed},
 	{"ScaleDownOnlyPodsWithoutVoters", scaleDownOnlyNonVoters},
@@ -162,8 +164,8 @@ func (v *evidenceView) name(m etcd.Member) string {
 	return NameOr(m)
 }
 
-// problem says why member m is not up, healthy and caught up, or "" when it is.
-func (v *evidenceView) problem(m etcd.Member) string {
+// problem says why member m is not up, healthy and caught up for step s, or "" when it is.
+func (v *evidenceView) problem(s Step, m etcd.Member) string {
 	st, ok := v.status[m.ID]
 	switch {
 	case m.Name == "":
@@ -172,8 +174,8 @@ func (v *evidenceView) problem(m etcd.Member) string {
 		return "it does not answer"
 	case v.leader == 0 || st.Leader != v.leader:
 		return "it does not follow the leader"
-	case len(MemberErrors(st)) > 0:
-		return "it reports " + strings.Join(MemberErrors(st), ", ")
+	case len(errorsAgainst(s, st)) > 0:
+		return "it reports " + strings.Join(errorsAgainst(s, st), ", ")
 	}
 	if why, gone := v.dataGone(m); gone {
 		return why
@@ -182,6 +184,25 @@ func (v *evidenceView) problem(m etcd.Member) string {
 		return fmt.Sprintf("it trails the leader by %d raft entries", ls.RaftIndex-st.RaftIndex)
 	}
 	return ""
+}
+
+// errorsAgainst are the problems member status st reports that count against step s. etcd
+// puts every active alarm of the cluster in every member's status, so under a NOSPACE alarm
+// every member reports it; for the steps that recover from it (Defragment, and MoveLeader
+// ahead of a defragmentation) it does not make a member unhealthy, or the recovery could
+// never pass. Any other alarm (CORRUPT) still counts.
+func errorsAgainst(s Step, st etcd.MemberStatus) []string {
+	errs := MemberErrors(st)
+	if s.Kind != Defragment && (s.Kind != MoveLeader || s.Reason != v1alpha1.ReasonDefragmenting) {
+		return errs
+	}
+	var out []string
+	for _, e := range errs {
+		if !strings.Contains(e, AlarmNoSpace) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // answering reports whether m answered and follows the leader (it serves, whatever its data).
@@ -227,13 +248,14 @@ func DataGone(p Pod, ok, answering bool) (string, bool) {
 	return "", false
 }
 
-// healthyVoters counts the voters that are up, healthy and caught up, leaving out skip.
-func (v *evidenceView) healthyVoters(skip uint64) (n int32, sick []string) {
+// healthyVoters counts the voters that are up, healthy and caught up for step s, leaving out
+// skip.
+func (v *evidenceView) healthyVoters(s Step, skip uint64) (n int32, sick []string) {
 	for _, m := range v.voters {
 		if m.ID == skip {
 			continue
 		}
-		if why := v.problem(m); why != "" {
+		if why := v.problem(s, m); why != "" {
 			sick = append(sick, v.name(m)+": "+why)
 			continue
 		}
@@ -266,13 +288,14 @@ func etcdIsTheTruth(s Step, v *evidenceView) string {
 }
 
 // disrupted is the voting member a step takes down, if any: the member of a deleted pod, a
-// removed member.
+// removed member, a defragmented member (etcd blocks its reads and writes while it runs, and
+// it may miss heartbeats).
 func (v *evidenceView) disrupted(s Step) (etcd.Member, bool) {
 	switch s.Kind {
 	case DeletePod:
 		m, ok := v.memberAt[s.Member]
 		return m, ok && !m.IsLearner
-	case RemoveMember:
+	case RemoveMember, Defragment:
 		m, ok := v.member(s.ID)
 		return m, ok && !m.IsLearner
 	}
@@ -288,7 +311,7 @@ func votersUpBeforeDisruption(s Step, v *evidenceView) string {
 	if !ok {
 		return ""
 	}
-	healthy, sick := v.healthyVoters(m.ID)
+	healthy, sick := v.healthyVoters(s, m.ID)
 	if v.answering(m) {
 		if len(sick) > 0 {
 			return fmt.Sprintf("it takes voting member %s down while other voting members are not up, healthy and caught up: %s",
@@ -317,7 +340,7 @@ func noHealthyVoterRemoved(s Step, v *evidenceView) string {
 		return ""
 	}
 	m, ok := v.member(s.ID)
-	if !ok || m.IsLearner || v.problem(m) != "" {
+	if !ok || m.IsLearner || v.problem(s, m) != "" {
 		return ""
 	}
 	if s.Reason == v1alpha1.ReasonScaleIn && int32(len(v.voters)) > v.e.Desired {
@@ -343,7 +366,7 @@ func promoteCaughtUp(s Step, v *evidenceView) string {
 	if !ok || !m.IsLearner {
 		return fmt.Sprintf("%s is not a learner in etcd's member list", etcd.FormatID(s.ID))
 	}
-	if why := v.problem(m); why != "" {
+	if why := v.problem(s, m); why != "" {
 		return fmt.Sprintf("learner %s: %s", v.name(m), why)
 	}
 	return ""
@@ -362,10 +385,35 @@ func leaderTarget(s Step, v *evidenceView) string {
 	if !ok || t.IsLearner {
 		return fmt.Sprintf("the transferee %s is not a voting member", etcd.FormatID(s.Target))
 	}
-	if why := v.problem(t); why != "" {
+	if why := v.problem(s, t); why != "" {
 		return fmt.Sprintf("the transferee %s: %s", v.name(t), why)
 	}
 	return ""
+}
+
+// noDefragmentOfTheLeader: the leader is defragmented only after leadership moved away
+// (MoveLeader), unless it is the only voting member: a leader that stops serving while it
+// defragments may miss heartbeats, and the cluster would pay an election for it.
+func noDefragmentOfTheLeader(s Step, v *evidenceView) string {
+	if s.Kind != Defragment || s.ID != v.leader || len(v.voters) < 2 {
+		return ""
+	}
+	m, _ := v.member(s.ID)
+	return fmt.Sprintf("%s leads %d voting members: leadership moves to another voting member before it is defragmented", v.name(m), len(v.voters))
+}
+
+// neverDisarmCorrupt: the operator disarms only NOSPACE alarms (after compaction and
+// defragmentation freed space). A CORRUPT alarm means a member's data differs from the
+// others'; disarming it would let the cluster serve diverging data.
+func neverDisarmCorrupt(s Step, v *evidenceView) string {
+	switch {
+	case s.Kind != DisarmAlarm || s.Alarm == AlarmNoSpace:
+		return ""
+	case s.Alarm == AlarmCorrupt:
+		return "a CORRUPT alarm is never disarmed by the operator: find the corrupt member (etcdctl alarm list, etcdctl endpoint hashkv), " +
+			"remove it so that it is replaced, or restore from a backup"
+	}
+	return fmt.Sprintf("only a NOSPACE alarm may be disarmed, not %q", s.Alarm)
 }
 
 // claimsOnlyOfNonVoters: a claim is deleted only when it exists (emptyDir storage has none)

@@ -50,6 +50,24 @@ func (f *gFix) lag(k int32, n uint64) *gFix {
 	return f
 }
 
+// alarm puts err in every member's status, as etcd reports every active alarm of the cluster.
+func (f *gFix) alarm(err string) *gFix {
+	for id, st := range f.e.Etcd.Status {
+		st.Errors = append(st.Errors, err)
+		f.e.Etcd.Status[id] = st
+	}
+	return f
+}
+
+// noLeader: an election is under way; no member knows a leader.
+func (f *gFix) noLeader() *gFix {
+	for id, st := range f.e.Etcd.Status {
+		st.Leader = 0
+		f.e.Etcd.Status[id] = st
+	}
+	return f
+}
+
 func (f *gFix) pod(k int32, edit func(p *Pod)) *gFix {
 	for i := range f.e.Pods {
 		if f.e.Pods[i].Ordinal == k {
@@ -71,6 +89,12 @@ func (f *gFix) with(edit func(e *Evidence)) *gFix { edit(&f.e); return f }
 
 func TestGate(t *testing.T) {
 	del := func(k int32) Step { return Step{Kind: DeletePod, Member: gName(k), Reason: v1alpha1.ReasonRollingOut} }
+	defrag := func(k int32) Step {
+		return Step{Kind: Defragment, Member: gName(k), ID: gID(k), Reason: v1alpha1.ReasonDefragmenting}
+	}
+	disarm := func(k int32, alarm string) Step {
+		return Step{Kind: DisarmAlarm, Member: gName(k), ID: gID(k), Alarm: alarm, Reason: v1alpha1.ReasonDisarmingAlarm}
+	}
 	remove := func(k int32, reason string) Step {
 		return Step{Kind: RemoveMember, Member: gName(k), ID: gID(k), Reason: reason}
 	}
@@ -139,6 +163,41 @@ func TestGate(t *testing.T) {
 		{"move leadership to a lagging voter", gCluster(3).lag(1, 500), Step{Kind: MoveLeader, ID: gID(0), Target: gID(1)}, "LeaderMovesToAHealthyVoter", "trails"},
 		{"move leadership to a learner", gCluster(3).member(3, true), Step{Kind: MoveLeader, ID: gID(0), Target: gID(3)}, "LeaderMovesToAHealthyVoter", "not a voting member"},
 		{"move leadership from a follower", gCluster(3), Step{Kind: MoveLeader, ID: gID(1), Target: gID(2)}, "LeaderMovesToAHealthyVoter", "does not lead"},
+
+		// Maintenance: a defragmentation takes its member down while it runs; the leader goes
+		// last, after leadership moved; only NOSPACE is ever disarmed.
+		{"defragment a follower of a healthy cluster", gCluster(3), defrag(2), "", ""},
+		{"defragment while another voter is down", gCluster(3).down(2), defrag(1), "VotersUpBeforeDisruption", "etc-2: it does not answer"},
+		{"defragment while another voter lags", gCluster(3).lag(2, 500), defrag(1), "VotersUpBeforeDisruption", "trails the leader by 500"},
+		{"defragment a follower when two are down", gCluster(3).down(1).down(2), defrag(2), "VotersUpBeforeDisruption", "quorum of 3 needs 2"},
+		{"defragment under a NOSPACE alarm every member reports", gCluster(3).alarm("memberID:257 alarm:NOSPACE"), defrag(1), "", ""},
+		{"defragment under a CORRUPT alarm", gCluster(3).alarm("memberID:257 alarm:CORRUPT"), defrag(1), "VotersUpBeforeDisruption", "alarm:CORRUPT"},
+		{"defragment a learner while a voter is down", gCluster(3).member(3, true).down(2), defrag(3), "", ""},
+		{"defragment the leader of three", gCluster(3), defrag(0), "NoDefragmentOfTheLeader", "leads 3 voting members"},
+		{"defragment the only member", gCluster(1), defrag(0), "", ""},
+		{"defragment the only voter beside a learner", gCluster(1).member(1, true), defrag(0), "", ""},
+		{"defragment the former leader", gCluster(3).with(func(e *Evidence) {
+			for id, st := range e.Etcd.Status {
+				st.Leader = gID(1)
+				e.Etcd.Status[id] = st
+			}
+		}), defrag(0), "", ""},
+		{"defragment without a leader", gCluster(1).with(func(e *Evidence) {
+			st := e.Etcd.Status[gID(0)]
+			st.Leader = 0
+			e.Etcd.Status[gID(0)] = st
+		}), defrag(0), "EtcdIsTheTruth", "no leader"},
+		{"move leadership for a defragmentation under NOSPACE", gCluster(3).alarm("memberID:257 alarm:NOSPACE"),
+			Step{Kind: MoveLeader, ID: gID(0), Target: gID(1), Reason: v1alpha1.ReasonDefragmenting}, "", ""},
+		{"move leadership for a rollout under NOSPACE", gCluster(3).alarm("memberID:257 alarm:NOSPACE"),
+			Step{Kind: MoveLeader, ID: gID(0), Target: gID(1), Reason: v1alpha1.ReasonRollingOut}, "LeaderMovesToAHealthyVoter", "alarm:NOSPACE"},
+		{"restart under NOSPACE", gCluster(3).alarm("memberID:257 alarm:NOSPACE"), del(2), "VotersUpBeforeDisruption", "alarm:NOSPACE"},
+		{"compact", gCluster(3), Step{Kind: Compact, Revision: 42}, "", ""},
+		{"compact without a leader", gCluster(3).noLeader(), Step{Kind: Compact, Revision: 42}, "EtcdIsTheTruth", "no leader"},
+		{"disarm NOSPACE", gCluster(3).alarm("memberID:257 alarm:NOSPACE"), disarm(1, AlarmNoSpace), "", ""},
+		{"disarm NOSPACE without a leader", gCluster(3).noLeader(), disarm(1, AlarmNoSpace), "EtcdIsTheTruth", "no leader"},
+		{"disarm CORRUPT", gCluster(3).alarm("memberID:257 alarm:CORRUPT"), disarm(1, AlarmCorrupt), "NeverDisarmCorrupt", "never disarmed"},
+		{"disarm an alarm without a type", gCluster(3), disarm(1, ""), "NeverDisarmCorrupt", "only a NOSPACE alarm"},
 
 		// Path 3: no claim to delete under emptyDir storage, and never a voter's.
 		{"delete a learner's claim", gCluster(3).member(3, true).pod(3, func(p *Pod) { p.Exists, p.PVCExists = true, true }),

@@ -35,6 +35,25 @@ const (
 	// AdvanceLog appends Entries raft entries that change no key (lease grant/revoke), so
 	// every member snapshots past the log entries etcd 3.7 cannot replay.
 	AdvanceLog Kind = "AdvanceLog"
+	// Defragment: defragment the member ID (named Member), on its own client URL. The member
+	// serves no reads or writes while it runs and may miss heartbeats, so the gate treats it
+	// as taking a voting member down, and refuses it for the leader of several voters.
+	Defragment Kind = "Defragment"
+	// Compact: compact the keyspace to Revision (the history before it is discarded). A
+	// revision already compacted is success.
+	Compact Kind = "Compact"
+	// DisarmAlarm: disarm the alarm Alarm of member ID (named Member, when it has a name). The
+	// gate allows only AlarmNoSpace; a CORRUPT alarm is never disarmed by the operator.
+	DisarmAlarm Kind = "DisarmAlarm"
+)
+
+// Alarm types etcd raises, as etcd names them (etcdserverpb.AlarmType).
+const (
+	// AlarmNoSpace: a member's database reached --quota-backend-bytes; the cluster refuses
+	// writes until space is freed and the alarm disarmed.
+	AlarmNoSpace = "NOSPACE"
+	// AlarmCorrupt: a member's data differs from the others'.
+	AlarmCorrupt = "CORRUPT"
 )
 
 // Step is the one next step.
@@ -42,7 +61,8 @@ type Step struct {
 	Kind Kind
 	// Member is the pod (and member) name the step is about; for MoveLeader, the leader.
 	Member string
-	// ID is the member ID (PromoteLearner, RemoveMember, MoveLeader: the current leader).
+	// ID is the member ID (PromoteLearner, RemoveMember, Defragment, DisarmAlarm; MoveLeader:
+	// the current leader).
 	ID uint64
 	// PeerURL is the peer URL of the learner to add (AddLearner).
 	PeerURL string
@@ -52,6 +72,10 @@ type Step struct {
 	Target uint64
 	// Entries is the number of raft entries AdvanceLog appends.
 	Entries int
+	// Revision is the revision Compact compacts the keyspace to.
+	Revision int64
+	// Alarm is the alarm type DisarmAlarm disarms (AlarmNoSpace).
+	Alarm string
 	// Force asks DeletePod for grace period 0.
 	Force bool
 	// Intent is the intent to store (RecordIntent).
