@@ -1,0 +1,244 @@
+// Package minio runs a real S3 server for tests: the MinIO server that hack/build-minio.sh
+// builds into bin/minio (a test-only tool under AGPL-3.0; the operator never links it). Only
+// tests import this package.
+package minio
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+const (
+	module = "github.com/etcd-pilot/etcd-pilot"
+	// startTimeout bounds how long the server may take to report ready.
+	startTimeout = time.Minute
+	// pollInterval is how often Start asks whether the server is ready.
+	pollInterval = 50 * time.Millisecond
+)
+
+// Server is one running MinIO server with one empty bucket.
+type Server struct {
+	// Endpoint is the server's URL, http://127.0.0.1:<port>.
+	Endpoint string
+	// AccessKey and SecretKey are the root user's credentials.
+	AccessKey string
+	SecretKey string
+	// Bucket exists and is empty when Start returns.
+	Bucket string
+}
+
+// Start runs bin/minio (or $MINIO) on free loopback ports with its data in a temporary folder,
+// waits until it is ready, creates Server.Bucket, and stops the server when t's cleanup runs.
+// It fails the test when the binary is missing: run `make tools` or hack/build-minio.sh.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := binary(t)
+	s := &Server{AccessKey: "etcd-pilot-test", SecretKey: "etcd-pilot-test-secret", Bucket: "backups"}
+	data := t.TempDir()
+
+	// MinIO binds the ports itself, so a port found free here can be taken before it does: then
+	// it exits, and we try again with other ports (any early exit is retried, twice).
+	var p *proc
+	var out *syncBuffer
+	for attempt := 1; ; attempt++ {
+		addr, console := freeAddr(t), freeAddr(t)
+		s.Endpoint = "http://" + addr
+		out = &syncBuffer{}
+		cmd := exec.Command(bin, "server", data, "--address", addr, "--console-address", console, "--quiet")
+		cmd.Env = append(os.Environ(),
+			"MINIO_ROOT_USER="+s.AccessKey,
+			"MINIO_ROOT_PASSWORD="+s.SecretKey,
+			"MINIO_BROWSER=off",
+			"MINIO_UPDATE=off",
+			"MINIO_CI_CD=1", // no terminal colors, no prompts
+		)
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var err error
+		if p, err = startProc(cmd); err != nil {
+			t.Fatalf("failed to start %s: %v", bin, err)
+		}
+		if err = waitReady(s.Endpoint, p); err == nil {
+			break
+		}
+		exitedEarly := isDone(p.done)
+		p.stop()
+		if attempt == 3 || !exitedEarly {
+			t.Fatalf("MinIO did not become ready at %s: %v\n%s", s.Endpoint, err, out.String())
+		}
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("MinIO output:\n%s", out.String())
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+	defer cancel()
+	if err := s.Client(t).MakeBucket(ctx, s.Bucket, miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatalf("failed to create bucket %s: %v", s.Bucket, err)
+	}
+	return s
+}
+
+// Client returns a minio-go client for the server with the root user's credentials, for what
+// the code under test does not do itself (creating buckets, listing incomplete uploads).
+func (s *Server) Client(t testing.TB) *miniogo.Client {
+	t.Helper()
+	c, err := miniogo.New(strings.TrimPrefix(s.Endpoint, "http://"), &miniogo.Options{
+		Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+	})
+	if err != nil {
+		t.Fatalf("failed to create a client for %s: %v", s.Endpoint, err)
+	}
+	return c
+}
+
+// binary returns $MINIO, else <repository root>/bin/minio.
+func binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("MINIO"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("MINIO=%s: %v", p, err)
+		}
+		return p
+	}
+	p := filepath.Join(repoRoot(t), "bin", "minio")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no MinIO server at %s (%v): run `make tools` or hack/build-minio.sh to build it, or set MINIO", p, err)
+	}
+	return p
+}
+
+// repoRoot walks up from the working folder (the package under test) to this module's go.mod.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && modulePath(data) == module {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("failed to find the repository root (the go.mod of %s) above %s", module, dir)
+		}
+	}
+}
+
+func modulePath(gomod []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(gomod))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("failed to find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitReady polls MinIO's readiness endpoint until it answers 200, the process exits, or
+// startTimeout passes.
+func waitReady(endpoint string, p *proc) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(startTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(endpoint + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("readiness: %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-p.done:
+			return fmt.Errorf("the server exited: %v", p.err)
+		case <-time.After(pollInterval):
+		}
+	}
+	return fmt.Errorf("not ready after %s: %w", startTimeout, last)
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// syncBuffer collects the server's output, written from exec's copying goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a started server process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	err  error         // Wait's, once done is closed
+}
+
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// stop ends the server's process group: SIGTERM, then SIGKILL if it has not exited in 10s.
+func (p *proc) stop() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
