@@ -10,7 +10,9 @@ RUN CGO_ENABLED=0 go build -trimpath \
       -o /out/etcd-pilot .
 
 FROM gcr.io/distroless/static:nonroot
-COPY --from=build /out/etcd-pilot /etcd-pilot
+# The binary lives where the local cluster runs the operator image from, so a pod spec that
+# names the command (the backup pods do) works in both.
+COPY --from=build /out/etcd-pilot /usr/local/bin/etcd-pilot
 USER 65532:65532
-ENTRYPOINT ["/etcd-pilot"]
+ENTRYPOINT ["/usr/local/bin/etcd-pilot"]
 CMD ["manager"]

@@ -70,6 +70,8 @@ type EtcdClusterReconciler struct {
 	Recorder  events.EventRecorder
 	// DialEtcd opens etcd clients; etcd.Dial in production.
 	DialEtcd etcd.Dialer
+	// OpenS3 opens S3 backup destinations (retention deletes there); objstore.NewS3 when nil.
+	OpenS3 StoreOpener
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
 	// AfterStep, when set, is called after every step the executor carried out, with the
@@ -135,6 +137,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.ConfigMap{}).
+		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(clusterOfBackup)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabel)).
 		Complete(r)
 }
@@ -220,8 +223,9 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if err := r.observe(ctx, c, topo, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
+	backupNext, backupErr := r.reconcileBackups(ctx, c, &obs)
 	var memberErr error
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil {
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil && backupErr == nil {
 		a, err := r.reconcileMembership(ctx, c, topo, &obs)
 		obs.membership, memberErr = &a, err
 	}
@@ -232,6 +236,8 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		return ctrl.Result{}, applyErr
 	case memberErr != nil:
 		return ctrl.Result{}, memberErr
+	case backupErr != nil:
+		return ctrl.Result{}, backupErr
 	case specErr != nil:
 		logger.Info("spec cannot be rendered; waiting for it to change", "error", specErr.Error())
 		return ctrl.Result{}, nil
@@ -256,6 +262,9 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		if a.RequeueAfter > 0 && a.RequeueAfter < next {
 			next = a.RequeueAfter
 		}
+	}
+	if backupNext > 0 && backupNext < next {
+		next = backupNext + 100*time.Millisecond // past the schedule time, not just before it
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
@@ -345,4 +354,14 @@ func clusterOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// clusterOfBackup maps an EtcdBackup to its cluster, so a finished backup shows in the
+// cluster's status (and a waiting upgrade goes on) at once.
+func clusterOfBackup(_ context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*v1alpha1.EtcdBackup)
+	if !ok || b.Spec.ClusterName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.ClusterName}}}
 }

@@ -73,6 +73,13 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 			ro.MemberTimeout = d.Duration
 		}
 		if ra := rollout.Decide(ro); ra.Kind != plan.None {
+			running := ""
+			if mo.Etcd != nil {
+				_, _, _, running = memberStatuses(*mo.Etcd)
+			}
+			if ra, err = r.beforeUpgrade(ctx, c, o, ra, step, running); err != nil {
+				return ra, err
+			}
 			a = ra
 		}
 		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true

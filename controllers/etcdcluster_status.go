@@ -59,6 +59,11 @@ type observation struct {
 	now           time.Time
 	// snapshotCount is the members' --snapshot-count.
 	snapshotCount uint64
+
+	// backups are the cluster's EtcdBackups, oldest first; backupCond is BackupReady (nil
+	// without spec.backup).
+	backups    []v1alpha1.EtcdBackup
+	backupCond *metav1.Condition
 }
 
 // degrades reports whether a reason needs the user's attention (see v1alpha1.ReasonEffects).
@@ -77,8 +82,14 @@ func membershipProgress(a *plan.Step) bool {
 // member can read the member list (quorum lost, or still forming), it counts the members
 // that answer a status call.
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
+	return observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, o)
+}
+
+// observeMembers is observe for any controller that reads a cluster's members: it fills o.sts,
+// o.pods and what etcd answered.
+func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
 	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -87,7 +98,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 	}
 	o.sts = sts
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
 		return fmt.Errorf("failed to list member pods: %w", err)
 	}
 	o.pods = pods
@@ -104,13 +115,13 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdClu
 		o.etcdErr = errors.New("no member pod runs etcd with its listeners up")
 		return nil
 	}
-	cl, err := r.DialEtcd(ctx, endpoints)
+	cl, err := dial(ctx, endpoints)
 	if err != nil {
 		o.etcdErr = err
 		return nil
 	}
 	defer cl.Close()
-	obs, reached, err := etcd.ObserveEndpoints(ctx, cl, endpoints, r.EtcdTimeout)
+	obs, reached, err := etcd.ObserveEndpoints(ctx, cl, endpoints, timeout)
 	if err != nil {
 		o.etcdErr, o.reached = err, reached
 		return nil
@@ -245,7 +256,11 @@ func conditions(o observation) []metav1.Condition {
 		eph = metav1.Condition{Type: v1alpha1.ConditionEphemeralStorage, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonEmptyDir,
 			Message: "storage.ephemeral is set: members keep their data in emptyDir volumes and lose it when their pod is deleted; do not keep data you need here"}
 	}
-	return []metav1.Condition{avail, prog, degr, ready, eph}
+	conds := []metav1.Condition{avail, prog, degr, ready, eph}
+	if o.backupCond != nil {
+		conds = append(conds, *o.backupCond)
+	}
+	return conds
 }
 
 func availableCondition(o observation) metav1.Condition {
@@ -353,6 +368,8 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Message = "fewer voting members answer than quorum needs: " + strings.Join(unhealthyMembers(*o.etcd), "; ")
 	case o.etcd != nil && len(unhealthyMembers(*o.etcd)) > 0:
 		c.Reason, c.Message = v1alpha1.ReasonMembersUnhealthy, "unhealthy members: "+strings.Join(unhealthyMembers(*o.etcd), "; ")
+	case o.backupCond != nil && degrades(o.backupCond.Reason):
+		c.Reason, c.Message = o.backupCond.Reason, o.backupCond.Message
 	case o.sts != nil && prog.Status == metav1.ConditionFalse && o.sts.Status.ReadyReplicas < o.specReplicas:
 		c.Reason = v1alpha1.ReasonMembersUnhealthy
 		c.Message = fmt.Sprintf("%d of %d member pods ready", o.sts.Status.ReadyReplicas, o.specReplicas)

@@ -322,6 +322,8 @@ func init() {
 	for r, e := range map[string]Effect{
 		ReasonWaitingForBackup: EffectProgresses,
 		ReasonBackupFailed:     EffectDegrades,
+		ReasonInvalidSchedule:  EffectDegrades,
+		ReasonBackupOverdue:    EffectDegrades,
 	} {
 		ReasonEffects[r] = e
 	}

@@ -35,6 +35,9 @@ Usage:
   etcd-pilot manager [flags]              run the controllers
   etcd-pilot render -f cluster.yaml       print the manifests the operator would apply
   etcd-pilot values -f cluster.yaml       print the chart values computed for a cluster
+  etcd-pilot snapshot --endpoint URL --dir D --key K
+                                          stream a verified etcd snapshot into a folder
+                                          (what backup pods run on a volume claim)
   etcd-pilot version                      print the version
 
 Run "etcd-pilot COMMAND -h" for a command's flags.
@@ -54,6 +57,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runRender(args[1:], stdin, stdout, stderr)
 	case "values":
 		err = runValues(args[1:], stdin, stdout, stderr)
+	case "snapshot":
+		err = runSnapshot(ctx, args[1:], stdout, stderr)
 	case "version":
 		_, name, chartVersion := embeddedChart()
 		fmt.Fprintf(stdout, "etcd-pilot %s (chart %s %s, default etcd %s)\n", Version, name, chartVersion, v1alpha1.DefaultVersion)
@@ -93,6 +98,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&o.WatchNamespace, "watch-namespace", "", "manage EtcdClusters in this namespace only (default: all namespaces)")
 	fs.StringVar(&o.ChartDir, "chart", "", "render this chart folder instead of the embedded chart")
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", 3*time.Second, "timeout of each etcd call")
+	fs.StringVar(&o.AgentImage, "agent-image", DefaultAgentImage, "the operator's own image, run by the pods that write backups to volume claims (keep it in step with the Deployment's image)")
+	fs.DurationVar(&o.BackupTimeout, "backup-timeout", time.Hour, "time limit of one backup attempt")
 	zo := zap.Options{}
 	zo.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {

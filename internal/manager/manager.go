@@ -44,6 +44,10 @@ type Options struct {
 	EtcdTimeout time.Duration
 	// AfterStep is called after every step the operator carried out (crash-safety tests).
 	AfterStep func(kind string)
+	// AgentImage is the operator's own image, run by the pods that write backups to claims.
+	AgentImage string
+	// BackupTimeout bounds one backup attempt (default controllers.DefaultBackupTimeout).
+	BackupTimeout time.Duration
 }
 
 // Scheme returns a scheme with the built-in kinds and etcd-pilot's.
@@ -73,6 +77,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		&corev1.ConfigMap{}:             {Label: managed},
 		&corev1.Pod{}:                   {Label: managed},
 		&corev1.PersistentVolumeClaim{}: {Label: member},
+		// Secrets are never cached: the credentials of a backup destination are read one by
+		// one, by name, from the API server.
 	}
 	cacheOpts := cache.Options{ByObject: byObject}
 	if o.WatchNamespace != "" {
@@ -117,6 +123,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
+	}
+	br := &controllers.EtcdBackupReconciler{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Scheme:      scheme,
+		Renderer:    renderer,
+		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
+		DialEtcd:    dial,
+		EtcdTimeout: o.EtcdTimeout,
+		Timeout:     o.BackupTimeout,
+		AgentImage:  o.AgentImage,
+	}
+	if err := br.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("failed to set up the EtcdBackup controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("failed to add health check: %w", err)

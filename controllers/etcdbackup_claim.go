@@ -1,0 +1,182 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+)
+
+// Backup pods: the pods that stream a snapshot onto a claim.
+const (
+	// LabelBackup names the EtcdBackup a backup pod works for.
+	LabelBackup = "etcdpilot.io/backup"
+	// backupContainer is the backup pod's only container.
+	backupContainer = "snapshot"
+	// backupMountPath is where the claim is mounted in the backup pod.
+	backupMountPath = "/backup"
+	// backupUser runs the backup pod, as the chart runs etcd.
+	backupUser = 65532
+)
+
+// backupPodName is the name of the pod of EtcdBackup name's attempt.
+func backupPodName(name string, attempt int32) string {
+	return fmt.Sprintf("%s-snapshot-%d", name, attempt)
+}
+
+// takeToClaim runs one pass of a backup to a claim: it starts a pod of the operator's image
+// that mounts the claim and streams the snapshot into it, and reads its result from the pod's
+// termination message once the pod ends. One pod per attempt, named after it, so a crash of
+// the operator between creating the pod and recording the attempt finds the same pod.
+func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.EtcdBackup, c *v1alpha1.EtcdCluster, d *v1alpha1.PVCDestination, now time.Time) (reconcile.Result, error) {
+	if b.Status.Phase == v1alpha1.BackupRunning {
+		pod := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: backupPodName(b.Name, b.Status.Attempts)}, pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			if b.Status.StartTime != nil && now.Sub(b.Status.StartTime.Time) < 10*time.Second {
+				return reconcile.Result{RequeueAfter: time.Second}, nil // the cache may not show it yet
+			}
+			return r.retry(b, now, string(backup.FailedSnapshot), "the backup pod disappeared before it finished")
+		case err != nil:
+			return reconcile.Result{}, fmt.Errorf("failed to get the backup pod: %w", err)
+		}
+		switch pod.Status.Phase {
+		case corev1.PodSucceeded, corev1.PodFailed:
+			rep, perr := podReport(pod)
+			if err := r.deletePod(ctx, pod); err != nil {
+				return reconcile.Result{}, err
+			}
+			switch {
+			case perr != nil:
+				return r.retry(b, now, string(backup.FailedSnapshot), perr.Error())
+			case pod.Status.Phase == corev1.PodFailed || rep.Failure != "" || rep.Error != "":
+				reason := string(rep.Failure)
+				if reason == "" {
+					reason = string(backup.FailedSnapshot)
+				}
+				return r.retry(b, now, reason, fmt.Sprintf("backup pod %s: %s", pod.Name, rep.Error))
+			}
+			rep.Location = "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
+			r.succeed(b, rep, c)
+			return reconcile.Result{}, nil
+		}
+		if b.Status.StartTime != nil && now.Sub(b.Status.StartTime.Time) > r.Timeout {
+			if err := r.deletePod(ctx, pod); err != nil {
+				return reconcile.Result{}, err
+			}
+			return r.retry(b, now, string(backup.FailedSnapshot), fmt.Sprintf("backup pod %s did not finish within %s", pod.Name, r.Timeout))
+		}
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+
+	if r.AgentImage == "" {
+		return r.fail(b, now, v1alpha1.ReasonNoDestination, "the operator was started without --agent-image, so it cannot run the pod that writes to a claim")
+	}
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: d.ClaimName}, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			return r.pending(b, now, v1alpha1.ReasonNoDestination, fmt.Sprintf("the claim %s/%s does not exist", b.Namespace, d.ClaimName))
+		}
+		return reconcile.Result{}, fmt.Errorf("failed to get the claim %s/%s: %w", b.Namespace, d.ClaimName, err)
+	}
+	src, why, err := r.source(ctx, c)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if why != "" {
+		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, why)
+	}
+	location := "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
+	r.running(b, now, src.Member.Name, location)
+	pod := r.backupPod(b, c, d, src.Endpoint, src.Member.Name)
+	if err := controllerutil.SetControllerReference(b, pod, r.Scheme); err != nil {
+		return reconcile.Result{}, fmt.Errorf("failed to own the backup pod: %w", err)
+	}
+	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return r.retry(b, now, string(backup.FailedUpload), fmt.Sprintf("failed to create the backup pod: %v", err))
+	}
+	return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+func (r *EtcdBackupReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	err := r.Client.Delete(ctx, pod, ctrl.Preconditions{UID: &pod.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("failed to delete the backup pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// podReport reads the report the backup pod left in its termination message.
+func podReport(pod *corev1.Pod) (backup.Report, error) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != backupContainer || cs.State.Terminated == nil {
+			continue
+		}
+		msg := strings.TrimSpace(cs.State.Terminated.Message)
+		var rep backup.Report
+		if msg == "" {
+			return rep, fmt.Errorf("backup pod %s ended (exit code %d, %s) without a report", pod.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
+		}
+		if err := json.Unmarshal([]byte(msg), &rep); err != nil {
+			return rep, fmt.Errorf("backup pod %s left a report that is not JSON (%v): %q", pod.Name, err, msg)
+		}
+		return rep, nil
+	}
+	return backup.Report{}, fmt.Errorf("backup pod %s has no terminated %s container", pod.Name, backupContainer)
+}
+
+// backupPod is the pod that streams the snapshot of the member at endpoint onto the claim. It
+// runs the operator's image under restricted Pod Security, never restarts, and mounts only
+// the claim.
+func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.EtcdCluster, d *v1alpha1.PVCDestination, endpoint, member string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: b.Namespace, Name: backupPodName(b.Name, b.Status.Attempts),
+			Labels: map[string]string{
+				v1alpha1.LabelCluster: c.Name, LabelBackup: b.Name,
+				v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, "app.kubernetes.io/component": "backup",
+			},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			NodeSelector:                 c.Spec.NodeSelector,
+			Tolerations:                  c.Spec.Tolerations,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(backupUser)), RunAsGroup: ptr.To(int64(backupUser)),
+				FSGroup: ptr.To(int64(backupUser)), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: backupContainer, Image: r.AgentImage,
+				Command: []string{"/usr/local/bin/etcd-pilot"},
+				Args: []string{"snapshot", "--endpoint=" + endpoint, "--member=" + member,
+					"--dir=" + backupMountPath, "--key=" + claimPath(c.Name, d, b.Name),
+					"--timeout=" + r.Timeout.String()},
+				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "backup", MountPath: backupMountPath}},
+			}},
+			Volumes: []corev1.Volume{{Name: "backup", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.ClaimName}}}},
+		},
+	}
+}

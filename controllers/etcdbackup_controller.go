@@ -1,0 +1,282 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+
+	ctrlruntime "sigs.k8s.io/controller-runtime"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+)
+
+// BackupControllerName names the EtcdBackup controller in logs, metrics and events.
+const BackupControllerName = "etcdbackup"
+
+// Backup timing.
+const (
+	// backupMaxAttempts is how many times a backup is tried before it fails for good.
+	backupMaxAttempts = 3
+	// backupPendingTimeout is how long a backup may wait for its cluster or a healthy member.
+	backupPendingTimeout = 10 * time.Minute
+	// DefaultBackupTimeout bounds one attempt (streaming the snapshot to its destination).
+	DefaultBackupTimeout = time.Hour
+)
+
+// EtcdBackupReconciler takes EtcdBackups: a snapshot streamed from a healthy, caught-up member
+// through the integrity check to the destination. To S3 the operator streams it itself; to a
+// claim, a short-lived pod of the operator's image that mounts the claim does (the
+// `etcd-pilot snapshot` command) and reports the result in its termination message.
+type EtcdBackupReconciler struct {
+	Client ctrl.Client
+	// APIReader reads the credentials Secret straight from the API server: the operator keeps
+	// no Secret cache.
+	APIReader ctrl.Reader
+	Scheme    *runtime.Scheme
+	Renderer  *charts.Renderer
+	Recorder  events.EventRecorder
+	DialEtcd  etcd.Dialer
+	// OpenS3 opens S3 destinations; objstore.NewS3 when nil.
+	OpenS3 StoreOpener
+	// EtcdTimeout bounds each etcd call of an observation (default 3s).
+	EtcdTimeout time.Duration
+	// Timeout bounds one attempt (default DefaultBackupTimeout).
+	Timeout time.Duration
+	// AgentImage is the operator's image, run by the pods that write to claims.
+	AgentImage string
+}
+
+// +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdbackups,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=create
+
+// SetupWithManager registers the controller; it watches the pods it creates.
+func (r *EtcdBackupReconciler) SetupWithManager(mgr ctrlruntime.Manager) error {
+	if r.EtcdTimeout == 0 {
+		r.EtcdTimeout = 3 * time.Second
+	}
+	if r.Timeout == 0 {
+		r.Timeout = DefaultBackupTimeout
+	}
+	return ctrlruntime.NewControllerManagedBy(mgr).
+		Named(BackupControllerName).
+		For(&v1alpha1.EtcdBackup{}).
+		Owns(&corev1.Pod{}, builder.MatchEveryOwner).
+		Complete(r)
+}
+
+// Reconcile moves one EtcdBackup forward: Pending until its cluster has a healthy member,
+// Running while the snapshot streams, then Succeeded or Failed. Succeeded and Failed are
+// final.
+func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	b := &v1alpha1.EtcdBackup{}
+	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	if b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed {
+		return reconcile.Result{}, nil
+	}
+	before := b.DeepCopy()
+	res, err := r.take(ctx, b)
+	if !equalBackupStatus(before.Status, b.Status) {
+		if perr := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(before)); perr != nil && err == nil {
+			err = fmt.Errorf("failed to update the status of EtcdBackup %s: %w", req, perr)
+		}
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return res, nil
+}
+
+func equalBackupStatus(a, b v1alpha1.EtcdBackupStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// take runs one pass of the backup b, changing only its status.
+func (r *EtcdBackupReconciler) take(ctx context.Context, b *v1alpha1.EtcdBackup) (reconcile.Result, error) {
+	now := time.Now()
+	if b.Status.Phase == "" {
+		b.Status.Phase = v1alpha1.BackupPending
+	}
+	c := &v1alpha1.EtcdCluster{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.ClusterName}, c); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("failed to get EtcdCluster %s/%s: %w", b.Namespace, b.Spec.ClusterName, err)
+		}
+		return r.pending(b, now, v1alpha1.ReasonClusterNotFound,
+			fmt.Sprintf("EtcdCluster %s/%s does not exist", b.Namespace, b.Spec.ClusterName))
+	}
+	dest := b.Spec.Destination
+	if dest == nil && c.Spec.Backup != nil {
+		dest = &c.Spec.Backup.Destination
+	}
+	if dest == nil || (dest.S3 == nil && dest.PersistentVolumeClaim == nil) {
+		return r.fail(b, now, v1alpha1.ReasonNoDestination,
+			fmt.Sprintf("neither this EtcdBackup's spec.destination nor EtcdCluster %s's spec.backup.destination names where to store the snapshot", c.Name))
+	}
+	if dest.PersistentVolumeClaim != nil {
+		return r.takeToClaim(ctx, b, c, dest.PersistentVolumeClaim, now)
+	}
+
+	src, why, err := r.source(ctx, c)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if why != "" {
+		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, why)
+	}
+	store, err := openS3(ctx, r.apiReader(), r.OpenS3, c.Namespace, c.Name, dest.S3)
+	if err != nil {
+		var ce *credentialsError
+		if errors.As(err, &ce) {
+			return r.fail(b, now, v1alpha1.ReasonCredentialsInvalid, ce.msg)
+		}
+		return r.retry(b, now, v1alpha1.ReasonUploadFailed, err.Error())
+	}
+	key := backupKey(b.Name)
+	// Record the attempt before streaming: a crash mid-stream shows as a Running backup that
+	// the next pass tries again, overwriting the same key.
+	r.running(b, now, src.Member.Name, store.Location(key))
+	if err := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(withPhase(b, ""))); err != nil {
+		return reconcile.Result{}, fmt.Errorf("failed to record the start of EtcdBackup %s/%s: %w", b.Namespace, b.Name, err)
+	}
+
+	actx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	cl, err := r.DialEtcd(actx, []string{src.Endpoint})
+	if err != nil {
+		return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, err.Error())
+	}
+	defer cl.Close()
+	taken, failure, err := backup.Take(actx, cl, src.Endpoint, store, key)
+	if err != nil {
+		return r.retry(b, now, string(failure), err.Error())
+	}
+	r.succeed(b, taken.Report(src.Member.Name), c)
+	return reconcile.Result{}, nil
+}
+
+// apiReader is APIReader, or Client when none is set.
+func (r *EtcdBackupReconciler) apiReader() ctrl.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// source observes the cluster's members and picks the one to take the snapshot from.
+func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, string, error) {
+	desired, _ := Desired(r.Renderer, c)
+	t := topologyOf(c, desired)
+	o := observation{}
+	if err := observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
+		return backupplan.Source{}, "", err
+	}
+	if o.etcd == nil {
+		why := "no member of the cluster answered with a member list"
+		if o.etcdErr != nil {
+			why += ": " + o.etcdErr.Error()
+		}
+		return backupplan.Source{}, why, nil
+	}
+	src, why := backupplan.PickSource(*o.etcd, learnerMaxLag)
+	return src, why, nil
+}
+
+// withPhase returns a copy of b with the given phase, for a merge patch base that always
+// carries the status fields.
+func withPhase(b *v1alpha1.EtcdBackup, p v1alpha1.BackupPhase) *v1alpha1.EtcdBackup {
+	cp := b.DeepCopy()
+	cp.Status = v1alpha1.EtcdBackupStatus{Phase: p}
+	return cp
+}
+
+func setComplete(b *v1alpha1.EtcdBackup, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: status,
+		Reason: reason, Message: msg, ObservedGeneration: b.Generation})
+}
+
+// pending keeps the backup waiting, up to backupPendingTimeout after its creation.
+func (r *EtcdBackupReconciler) pending(b *v1alpha1.EtcdBackup, now time.Time, reason, msg string) (reconcile.Result, error) {
+	if now.Sub(b.CreationTimestamp.Time) > backupPendingTimeout {
+		return r.fail(b, now, reason, fmt.Sprintf("%s, for more than %s", msg, backupPendingTimeout))
+	}
+	if b.Status.Phase != v1alpha1.BackupRunning {
+		b.Status.Phase = v1alpha1.BackupPending
+	}
+	setComplete(b, metav1.ConditionFalse, reason, msg+"; waiting")
+	return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+// retry records a failed attempt; after backupMaxAttempts the backup fails for good.
+func (r *EtcdBackupReconciler) retry(b *v1alpha1.EtcdBackup, now time.Time, reason, msg string) (reconcile.Result, error) {
+	if b.Status.Attempts >= backupMaxAttempts {
+		return r.fail(b, now, reason, fmt.Sprintf("attempt %d of %d: %s", b.Status.Attempts, backupMaxAttempts, msg))
+	}
+	b.Status.Phase = v1alpha1.BackupPending
+	setComplete(b, metav1.ConditionFalse, reason, fmt.Sprintf("attempt %d of %d failed, trying again: %s", b.Status.Attempts, backupMaxAttempts, msg))
+	r.event(b, corev1.EventTypeWarning, reason, "attempt %d failed: %s", b.Status.Attempts, msg)
+	return reconcile.Result{RequeueAfter: time.Duration(b.Status.Attempts) * 5 * time.Second}, nil
+}
+
+func (r *EtcdBackupReconciler) fail(b *v1alpha1.EtcdBackup, now time.Time, reason, msg string) (reconcile.Result, error) {
+	b.Status.Phase = v1alpha1.BackupFailed
+	b.Status.CompletionTime = &metav1.Time{Time: now}
+	setComplete(b, metav1.ConditionFalse, reason, msg)
+	r.event(b, corev1.EventTypeWarning, reason, "backup failed: %s", msg)
+	return reconcile.Result{}, nil
+}
+
+func (r *EtcdBackupReconciler) running(b *v1alpha1.EtcdBackup, now time.Time, member, location string) {
+	b.Status.Phase = v1alpha1.BackupRunning
+	b.Status.Attempts++
+	b.Status.StartTime = &metav1.Time{Time: now}
+	b.Status.Member, b.Status.Location = member, location
+	setComplete(b, metav1.ConditionFalse, v1alpha1.ReasonBackupRunning,
+		fmt.Sprintf("streaming the snapshot of %s to %s (attempt %d)", member, location, b.Status.Attempts))
+}
+
+func (r *EtcdBackupReconciler) succeed(b *v1alpha1.EtcdBackup, res backup.Report, c *v1alpha1.EtcdCluster) {
+	now := metav1.Now()
+	b.Status.Phase = v1alpha1.BackupSucceeded
+	b.Status.CompletionTime = &now
+	b.Status.Size, b.Status.SHA256, b.Status.Revision, b.Status.EtcdVersion = res.Size, res.SHA256, res.Revision, res.Version
+	b.Status.ClusterID = c.Status.ClusterID
+	if res.Member != "" {
+		b.Status.Member = res.Member
+	}
+	if res.Location != "" {
+		b.Status.Location = res.Location
+	}
+	msg := fmt.Sprintf("snapshot of %s at revision %d (%d bytes, sha256 %s) stored at %s and verified", b.Status.Member, res.Revision, res.Size, res.SHA256, b.Status.Location)
+	setComplete(b, metav1.ConditionTrue, v1alpha1.ReasonSnapshotStored, msg)
+	r.event(b, corev1.EventTypeNormal, v1alpha1.ReasonSnapshotStored, "%s", msg)
+}
+
+func (r *EtcdBackupReconciler) event(b *v1alpha1.EtcdBackup, typ, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, typ, reason, "Backup", format, args...)
+	}
+}

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/objstore"
+)
+
+// DefaultAgentImage is the image the manager runs backup pods from unless --agent-image says
+// otherwise: the image config/manager deploys.
+const DefaultAgentImage = "etcd-pilot:latest"
+
+// runSnapshot streams one member's snapshot through the integrity check into a file under a
+// folder (a mounted claim), and leaves a backup.Report as JSON in --report (the pod's
+// termination message) and on stdout. It exits non-zero, with the report's failure set, when
+// the snapshot is not stored and verified; nothing unverified stays under the key.
+func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "client URL of the member to take the snapshot from")
+	member := fs.String("member", "", "name of that member, for the report")
+	dir := fs.String("dir", "", "folder to store the snapshot in (a mounted volume claim)")
+	key := fs.String("key", "", "path of the snapshot file under --dir")
+	report := fs.String("report", "/dev/termination-log", "file the JSON report is written to (empty: stdout only)")
+	timeout := fs.Duration("timeout", time.Hour, "time limit of the whole snapshot")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *endpoint == "" || *dir == "" || *key == "" {
+		fs.Usage()
+		return errors.New("--endpoint, --dir and --key are required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	rep, err := takeSnapshot(ctx, *endpoint, *member, *dir, *key)
+	out, _ := json.Marshal(rep)
+	fmt.Fprintln(stdout, string(out))
+	if *report != "" {
+		if werr := os.WriteFile(*report, out, 0o644); werr != nil && err == nil {
+			err = fmt.Errorf("failed to write the report to %s: %w", *report, werr)
+		}
+	}
+	return err
+}
+
+func takeSnapshot(ctx context.Context, endpoint, member, dir, key string) (backup.Report, error) {
+	cl, err := etcd.Dial(ctx, []string{endpoint})
+	if err != nil {
+		return backup.Report{Failure: backup.FailedSnapshot, Error: err.Error()}, err
+	}
+	defer cl.Close()
+	taken, failure, err := backup.Take(ctx, cl, endpoint, objstore.NewDir(dir), key)
+	if err != nil {
+		return backup.Report{Failure: failure, Error: err.Error()}, err
+	}
+	return taken.Report(member), nil
+}
