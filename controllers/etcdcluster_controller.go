@@ -84,6 +84,9 @@ type EtcdClusterReconciler struct {
 	once    sync.Once
 	applier *apply.Applier
 
+	// compacted remembers the revision each cluster was last compacted to (maintenance).
+	compacted compactions
+
 	// missingSince remembers since when member pods have been missing (see missingPods).
 	missingMu    sync.Mutex
 	missingSince map[string]time.Time

@@ -84,6 +84,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		}
 		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 	}
+	a = r.maintenanceStep(ctx, c, mo.Etcd, a, mo.Now)
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
@@ -482,6 +483,9 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	if err != nil {
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
+	if a.Kind == plan.Compact {
+		r.compacted.set(c.UID, a.Revision)
+	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
 	if a.Kind == plan.MoveLeader {
 		metricLeaderMoves.WithLabelValues(c.Namespace, c.Name).Inc()
@@ -558,6 +562,27 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 		defer acancel()
 		err = cl.AdvanceLog(actx, a.Entries)
+	case plan.Defragment, plan.Compact:
+		// Both take as long as the database is large; etcd finishes them even when the client
+		// gives up, so a generous bound only keeps a pass from hanging.
+		mctx, mcancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer mcancel()
+		if a.Kind == plan.Compact {
+			err = cl.Compact(mctx, a.Revision)
+			break
+		}
+		var ep string
+		for _, m := range mo.Etcd.Cluster.Members {
+			if m.ID == a.ID && len(m.ClientURLs) > 0 {
+				ep = m.ClientURLs[0]
+			}
+		}
+		if ep == "" {
+			return fmt.Errorf("member %s has no client URL", etcd.FormatID(a.ID))
+		}
+		err = cl.Defragment(mctx, ep)
+	case plan.DisarmAlarm:
+		err = cl.DisarmAlarm(cctx, etcd.Alarm{MemberID: a.ID, Type: a.Alarm})
 	default:
 		return fmt.Errorf("unknown membership step %s", a.Kind)
 	}

@@ -1,0 +1,120 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/maintenance"
+)
+
+// compactions remembers, per cluster (by UID), the revision the operator last compacted the
+// keyspace to: etcd's status does not report it (see maintenance.Observation). Losing it (an
+// operator restart) costs one compaction that changes nothing.
+type compactions struct {
+	mu  sync.Mutex
+	rev map[types.UID]int64
+}
+
+func (c *compactions) get(uid types.UID) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rev[uid]
+}
+
+func (c *compactions) set(uid types.UID, rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rev == nil {
+		c.rev = map[types.UID]int64{}
+	}
+	c.rev[uid] = max(c.rev[uid], rev)
+}
+
+// maintenanceObservation builds the maintenance planner's view from this pass's etcd answers
+// and spec.maintenance. It asks etcd for the alarm list only when a member reports an alarm.
+func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, e *etcd.Observed, busy bool, now time.Time) maintenance.Observation {
+	o := maintenance.Observation{MaxLag: learnerMaxLag, Busy: busy, CompactedRevision: r.compacted.get(c.UID)}
+	leader := e.Leader()
+	alarmed := false
+	for _, m := range e.Cluster.Members {
+		mm := maintenance.Member{Name: m.Name, ID: m.ID, Voter: !m.IsLearner, Leader: m.ID == leader}
+		if st, ok := e.Status[m.ID]; ok {
+			mm.Answering, mm.DBSize, mm.DBSizeInUse, mm.RaftIndex = true, st.DBSize, st.DBSizeInUse, st.RaftIndex
+			if m.ID == leader {
+				o.Revision = st.Revision
+			}
+			for _, er := range st.Errors {
+				if strings.Contains(er, "alarm") {
+					alarmed = true
+				}
+			}
+		}
+		o.Members = append(o.Members, mm)
+	}
+	if alarmed {
+		if alarms, err := r.alarms(ctx, e); err == nil {
+			for _, a := range alarms {
+				o.Alarms = append(o.Alarms, maintenance.Alarm{MemberID: a.MemberID, Type: a.Type})
+			}
+		}
+	}
+	if q := c.Spec.Etcd.QuotaBackendBytes; q != nil {
+		o.QuotaBytes = q.Value()
+	}
+	d := c.Spec.Maintenance.Defragmentation
+	o.Policy = maintenance.Policy{Enabled: !d.Disabled, Ratio: float64(d.FragmentedPercent) / 100, QuotaRatio: float64(d.QuotaPercent) / 100, Due: true}
+	if d.MinFragmentedSize != nil {
+		o.Policy.MinFragmentedBytes = d.MinFragmentedSize.Value()
+	}
+	if d.Schedule != "" {
+		o.Policy.Due = false
+		if s, err := backupplan.ParseSchedule(d.Schedule, d.TimeZone); err == nil {
+			window := time.Hour
+			if d.Window != nil {
+				window = d.Window.Duration
+			}
+			_, o.Policy.Due = s.Due(now.Add(-window), now)
+		}
+	}
+	return o
+}
+
+// alarms asks the answering members for the cluster's alarm list.
+func (r *EtcdClusterReconciler) alarms(ctx context.Context, e *etcd.Observed) ([]etcd.Alarm, error) {
+	var endpoints []string
+	for _, m := range e.Cluster.Members {
+		if _, ok := e.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
+			endpoints = append(endpoints, m.ClientURLs[0])
+		}
+	}
+	cl, err := r.DialEtcd(ctx, endpoints)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	actx, cancel := context.WithTimeout(ctx, r.EtcdTimeout)
+	defer cancel()
+	return cl.Alarms(actx)
+}
+
+// maintenanceStep asks the maintenance planner when membership and the rollout have nothing
+// to do (a) or only wait, and an alarm needs handling.
+func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, e *etcd.Observed, a plan.Step, now time.Time) plan.Step {
+	if e == nil || (a.Kind != plan.None && a.Kind != plan.Wait) {
+		return a
+	}
+	mo := r.maintenanceObservation(ctx, c, e, a.Kind != plan.None, now)
+	m := maintenance.Decide(mo)
+	if m.Kind == plan.None || (a.Kind == plan.Wait && len(mo.Alarms) == 0) {
+		return a
+	}
+	return m
+}
