@@ -52,6 +52,8 @@ func TestPodPhase(t *testing.T) {
 		{"exit 1 under Never", never, nil, cs{exited("a", 1)}, false, corev1.PodFailed},
 		{"exit 0 under Never", never, nil, cs{exited("a", 0)}, false, corev1.PodSucceeded},
 		{"one still running", never, nil, cs{exited("a", 1), running("b")}, false, corev1.PodRunning},
+		{"all exit 0 under Never", never, nil, cs{exited("a", 0), exited("b", 0)}, false, corev1.PodSucceeded},
+		{"one of two failed under Never", never, nil, cs{exited("a", 0), exited("b", 1)}, false, corev1.PodFailed},
 		{"init running", always, cs{running("i")}, cs{waiting("a", reasonPodInitializing)}, false, corev1.PodPending},
 		{"init failed under Never", never, cs{exited("i", 2)}, cs{waiting("a", reasonPodInitializing)}, false, corev1.PodFailed},
 		{"init failed under Always retries", always, cs{backingOff("i", 2)}, cs{waiting("a", reasonPodInitializing)}, false, corev1.PodPending},
