@@ -45,6 +45,8 @@ type container struct {
 	everRan     bool
 	containerID string
 	imageID     string
+	// termLog is the node's termination-log file of the current or last run, "" when none.
+	termLog string
 	// crashes counts the exits since the container last ran long enough to reset the back-off;
 	// failures counts consecutive failures to create the process (unknown image, bad config).
 	crashes  int
@@ -65,6 +67,11 @@ type process struct {
 	cancel    context.CancelFunc
 	view      shimSpec // the mount view, working dir and (Argv unset) for exec probes
 	env       []string
+	// termLog is the run's termination-log file ("" when the container has none); logPath is
+	// the container's log, where the run's output starts at offset logStart.
+	termLog  string
+	logPath  string
+	logStart int64
 	// killedBy says why the node killed it, if it did: "" when it exited on its own.
 	killedBy string
 }
@@ -192,6 +199,7 @@ type launch struct {
 	view     shimSpec // binds and working dir
 	env      []string
 	imageDir string
+	termLog  string // the run's fresh termination-log file, "" when the container has none
 }
 
 // prepare resolves c's image, environment, command and mount view. It returns a waiting
@@ -230,6 +238,17 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *container, 
 			return nil, reasonCreateConfigError, fmt.Errorf("container %s: host path %s holds a colon, which the shim cannot take", c.spec.Name, b.Source)
 		}
 	}
+	// Each run gets a fresh termination-log file, bound after the volumes so that a volume
+	// mounted at one of its parent folders does not hide it. The kubelet goes on without the
+	// bind when it cannot create the file; failing instead keeps a run from losing its result
+	// silently.
+	var termLog string
+	if target := terminationLogTarget(&c.spec); target != "" {
+		if termLog, err = newTerminationLog(w.podDir, c.spec.Name); err != nil {
+			return nil, reasonCreateConfigError, fmt.Errorf("container %s: %w", c.spec.Name, err)
+		}
+		binds = append(binds, bindMount{Source: termLog, Target: target})
+	}
 	workdir := c.spec.WorkingDir
 	if workdir == "" {
 		workdir = "/"
@@ -239,6 +258,7 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *container, 
 		view:     shimSpec{Binds: binds, Workdir: workdir},
 		env:      processEnv(env, pod),
 		imageDir: dir,
+		termLog:  termLog,
 	}, "", nil
 }
 
@@ -318,6 +338,11 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod, c *container, l 
 	c.everRan = true
 	c.failures = 0
 	c.imageID = "file://" + l.imageDir
+	// The last run's message is in its terminated state by now: its file can go.
+	if err := dropFile(c.termLog); err != nil {
+		w.log.Error(err, "Failed to remove the termination-log file of the last run", "container", c.spec.Name)
+	}
+	c.termLog = l.termLog
 	fail := func(err error) bool {
 		w.log.Error(err, "Failed to start container", "container", c.spec.Name)
 		w.n.event(pod, corev1.EventTypeWarning, "Failed", "Error: failed to start container %s: %v", c.spec.Name, err)
@@ -333,6 +358,10 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod, c *container, l 
 		return fail(fmt.Errorf("failed to open log file: %w", err))
 	}
 	defer logFile.Close()
+	logInfo, err := logFile.Stat()
+	if err != nil {
+		return fail(fmt.Errorf("failed to read the log file's size: %w", err))
+	}
 	argv := w.shimArgv(l.view, l.argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = l.env
@@ -343,7 +372,10 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod, c *container, l 
 		return fail(err)
 	}
 	probeCtx, cancel := context.WithCancel(ctx)
-	p := &process{pid: cmd.Process.Pid, startedAt: now, done: make(chan struct{}), cancel: cancel, view: l.view, env: l.env}
+	p := &process{
+		pid: cmd.Process.Pid, startedAt: now, done: make(chan struct{}), cancel: cancel, view: l.view, env: l.env,
+		termLog: l.termLog, logPath: logPath, logStart: logInfo.Size(),
+	}
 	c.proc = p
 	c.containerID = "process://" + strconv.Itoa(p.pid)
 	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now.Truncate(time.Second))}}
@@ -376,8 +408,11 @@ func (w *podWorker) wait(c *container, p *process, cmd *exec.Cmd) {
 	if code != 0 {
 		reason = reasonError
 	}
+	finished := time.Now()
+	// c.spec never changes, so it may be read without the mutex.
+	message := readTerminationMessage(&c.spec, p, code)
 	w.mu.Lock()
-	w.recordExit(c, p, code, reason, "", p.startedAt, time.Now())
+	w.recordExit(c, p, code, reason, message, p.startedAt, finished)
 	w.mu.Unlock()
 	close(p.done)
 	w.poke()

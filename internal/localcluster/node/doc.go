@@ -10,8 +10,14 @@
 // RunProvisioner), hostPath, Secret, ConfigMap, downward API and projected volumes; startup,
 // liveness and readiness probes (HTTP, TCP, exec); init containers; restart policies with
 // exponential back-off; container statuses and pod conditions written through the status
-// subresource; graceful deletion (SIGTERM to the command, then SIGKILL to all its processes
-// after the grace period).
+// subresource; termination messages (a fresh file per run, bound at the container's
+// terminationMessagePath, read when the run ends, with FallbackToLogsOnError and the
+// kubelet's size limits); graceful deletion (SIGTERM to the command, then SIGKILL to all its
+// processes after the grace period).
+//
+// A mount point missing on the machine is created there (see ShimMain): the first container
+// with the default terminationMessagePath leaves an empty /dev/termination-log on the
+// machine, which no container writes to.
 //
 // The image folder appears at /usr/local/bin in the process's view, where images keep their
 // programs, and also replaces the directory of an absolute command elsewhere, unless that

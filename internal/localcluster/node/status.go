@@ -36,8 +36,11 @@ func desiredStatus(pod *corev1.Pod, v podView, now metav1.Time) corev1.PodStatus
 		st := v.startTime
 		s.StartTime = &st
 	}
-	s.InitContainerStatuses = v.initStatuses
-	s.ContainerStatuses = v.statuses
+	s.InitContainerStatuses = append([]corev1.ContainerStatus(nil), v.initStatuses...)
+	s.ContainerStatuses = append([]corev1.ContainerStatus(nil), v.statuses...)
+	containers := len(pod.Spec.InitContainers) + len(pod.Spec.Containers) + len(pod.Spec.EphemeralContainers)
+	limitTerminationMessages(s.InitContainerStatuses, containers)
+	limitTerminationMessages(s.ContainerStatuses, containers)
 	if s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
 		s.Phase = podPhase(pod.Spec.RestartPolicy, v.initStatuses, v.statuses, v.terminal)
 	}
