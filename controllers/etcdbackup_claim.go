@@ -87,7 +87,8 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 		return r.fail(b, now, v1alpha1.ReasonNoDestination, "the operator was started without --agent-image, so it cannot run the pod that writes to a claim")
 	}
 	claim := &corev1.PersistentVolumeClaim{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: d.ClaimName}, claim); err != nil {
+	// From the API server: the cache holds only the members' claims.
+	if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: d.ClaimName}, claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			return r.pending(b, now, v1alpha1.ReasonNoDestination, fmt.Sprintf("the claim %s/%s does not exist", b.Namespace, d.ClaimName))
 		}

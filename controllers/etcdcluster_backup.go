@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -153,6 +152,11 @@ func (r *EtcdClusterReconciler) retain(ctx context.Context, c *v1alpha1.EtcdClus
 			continue
 		}
 		b := byName[name]
+		if dest := b.Spec.Destination; (dest != nil && dest.PersistentVolumeClaim != nil) || (dest == nil && spec.Destination.PersistentVolumeClaim != nil) {
+			// Files on a claim can only be deleted by a pod that mounts it; until retention runs
+			// one, claim backups are kept (nothing is lost, the claim fills up).
+			continue
+		}
 		if err := r.deleteBackupObject(ctx, c, b); err != nil {
 			return err
 		}
@@ -171,9 +175,9 @@ func (r *EtcdClusterReconciler) deleteBackupObject(ctx context.Context, c *v1alp
 		dest = &c.Spec.Backup.Destination
 	}
 	switch {
-	case b.Status.Location == "":
+	case b.Status.Location == "" || dest.S3 == nil:
 		return nil
-	case dest.S3 != nil:
+	default:
 		store, err := openS3(ctx, r.apiReader(), r.OpenS3, c.Namespace, c.Name, dest.S3)
 		if err != nil {
 			return fmt.Errorf("failed to delete the snapshot of EtcdBackup %s: %w", b.Name, err)
@@ -183,7 +187,6 @@ func (r *EtcdClusterReconciler) deleteBackupObject(ctx context.Context, c *v1alp
 		}
 		return nil
 	}
-	return errors.New("retention of backups on a volume claim is not supported yet")
 }
 
 // setLastBackup fills status.backup's newest successful backup from bs.

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -178,4 +181,86 @@ func TestBackupWithWrongCredentialsFailsClearly(t *testing.T) {
 	for obj := range srv.Client(t).ListObjects(context.Background(), srv.Bucket, miniogo.ListObjectsOptions{Recursive: true}) {
 		t.Errorf("object %s stored with wrong credentials", obj.Key)
 	}
+}
+
+// claimFolder is the host folder of a bound claim's volume on the local cluster.
+func claimFolder(t testing.TB, ns, name string) string {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case pv.Spec.HostPath != nil:
+		return pv.Spec.HostPath.Path
+	case pv.Spec.Local != nil:
+		return pv.Spec.Local.Path
+	}
+	t.Fatalf("volume %s has no local folder", pv.Name)
+	return ""
+}
+
+// A one-shot EtcdBackup to a volume claim, under write load: a pod of the operator's image
+// mounts the claim, streams the snapshot of a follower into it and reports the result in its
+// termination message; the file on the claim is an intact snapshot with the recorded hash, and
+// the pod is gone afterwards.
+func TestOneShotBackupToAClaim(t *testing.T) {
+	ns := namespace(t)
+	createCluster(t, ns, 3)
+	w := startWriter(t, ns, 3)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if err := k8s.Create(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-hand"},
+		Spec: v1alpha1.EtcdBackupSpec{ClusterName: "etcd", Destination: &v1alpha1.BackupDestination{
+			PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups", Path: "snapshots"}}}}
+	if err := k8s.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the backup succeeded", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		switch b.Status.Phase {
+		case v1alpha1.BackupSucceeded:
+			return nil
+		case v1alpha1.BackupFailed:
+			t.Fatalf("backup failed: %+v", b.Status.Conditions)
+		}
+		return fmt.Errorf("phase %q: %+v", b.Status.Phase, b.Status.Conditions)
+	})
+	w.finish(t, ns, 3)
+	if b.Status.Location != "pvc://backups/snapshots/by-hand.db" || b.Status.Revision <= 1 || b.Status.Member == "" {
+		t.Fatalf("status %+v", b.Status)
+	}
+	f, err := os.Open(filepath.Join(claimFolder(t, ns, "backups"), "snapshots", "by-hand.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	v := backup.NewVerifier(f)
+	if _, err := io.Copy(h, v); err != nil {
+		t.Fatalf("the file on the claim is not an intact snapshot: %v", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != b.Status.SHA256 || v.Size() != b.Status.Size {
+		t.Fatalf("file sha256 %s (%d bytes), status %s (%d bytes)", got, v.Size(), b.Status.SHA256, b.Status.Size)
+	}
+	eventually(t, time.Minute, "the backup pod is deleted", func() error {
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"etcdpilot.io/backup": b.Name}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d backup pods remain", len(pods.Items))
+		}
+		return nil
+	})
 }
