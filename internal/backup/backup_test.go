@@ -8,11 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -23,57 +21,8 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 )
-
-// etcdBin is the path of an etcd release binary (etcd, etcdutl) from bin/etcd/v3.6.16
-// (hack/build-etcd.sh); $ETCD overrides etcd's.
-func etcdBin(t testing.TB, name string) string {
-	t.Helper()
-	bin := ""
-	if name == "etcd" {
-		bin = os.Getenv("ETCD")
-	}
-	if bin == "" {
-		_, file, _, _ := runtime.Caller(0)
-		bin = filepath.Join(filepath.Dir(file), "..", "..", "bin", "etcd", "v3.6.16", name)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s binary missing (%v): run hack/build-etcd.sh or make tools", name, err)
-	}
-	return bin
-}
-
-// startEtcd runs a real one-member etcd on a loopback address of its own, with any extra
-// flags, and returns its client URL. (internal/etcd's tests have the same helper.)
-func startEtcd(t testing.TB, ip string, flags ...string) string {
-	t.Helper()
-	client := fmt.Sprintf("http://%s:2379", ip)
-	peer := fmt.Sprintf("http://%s:2380", ip)
-	cmd := exec.Command(etcdBin(t, "etcd"), append([]string{
-		"--name=m0", "--data-dir=" + t.TempDir(),
-		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
-		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
-		"--listen-metrics-urls=" + fmt.Sprintf("http://%s:2381", ip),
-		"--initial-cluster=m0=" + peer, "--initial-cluster-state=new", "--log-level=error"}, flags...)...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("failed to start etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(fmt.Sprintf("http://%s:2381/readyz", ip))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return client
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("etcd at %s did not become ready", client)
-	return ""
-}
 
 // dial returns an etcd.Client for ep, closed when the test ends.
 func dial(t testing.TB, ep string) etcd.Client {
@@ -90,7 +39,7 @@ func dial(t testing.TB, ep string) etcd.Client {
 // whole (it is small), and the client URL.
 func realSnapshot(t *testing.T, ip string) ([]byte, string) {
 	t.Helper()
-	ep := startEtcd(t, ip)
+	ep := etcdproc.Start(t, ip)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := dial(t, ep)
@@ -246,7 +195,7 @@ func TestVerifierReturnsTheSourcesError(t *testing.T) {
 // TestCopiedSnapshotRestores: what Copy writes is what etcd streamed, trailer included, so
 // etcdutl restores it (checking the trailer itself).
 func TestCopiedSnapshotRestores(t *testing.T) {
-	ep := startEtcd(t, "127.0.41.12")
+	ep := etcdproc.Start(t, "127.0.41.12")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := dial(t, ep)
@@ -279,7 +228,7 @@ func TestCopiedSnapshotRestores(t *testing.T) {
 	if res.Size != int64(len(stored)) || res.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Fatalf("result %+v; the file has %d bytes with SHA-256 %x", res, len(stored), sum)
 	}
-	out, err := exec.CommandContext(ctx, etcdBin(t, "etcdutl"), "snapshot", "restore", path,
+	out, err := exec.CommandContext(ctx, etcdproc.Binary(t, "etcdutl"), "snapshot", "restore", path,
 		"--data-dir", filepath.Join(dir, "restored")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
@@ -288,7 +237,7 @@ func TestCopiedSnapshotRestores(t *testing.T) {
 	if err := os.WriteFile(path, flipped(stored, len(stored)/2), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.CommandContext(ctx, etcdBin(t, "etcdutl"), "snapshot", "restore", path,
+	out, err = exec.CommandContext(ctx, etcdproc.Binary(t, "etcdutl"), "snapshot", "restore", path,
 		"--data-dir", filepath.Join(dir, "corrupt")).CombinedOutput()
 	if err == nil {
 		t.Fatalf("etcdutl restored a corrupt snapshot:\n%s", out)

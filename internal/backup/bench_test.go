@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 )
 
 // benchDBSize is how large the benchmark's database grows before it measures.
@@ -29,7 +30,7 @@ const benchDBSize = 512 << 20
 //
 //	go test -run '^$' -bench SnapshotStream -benchtime 1x ./internal/backup
 func BenchmarkSnapshotStream(b *testing.B) {
-	ep := startEtcd(b, "127.0.41.20", fmt.Sprintf("--quota-backend-bytes=%d", 2<<30))
+	ep := etcdproc.Start(b, "127.0.41.20", fmt.Sprintf("--quota-backend-bytes=%d", 2<<30))
 	c := dial(b, ep)
 	fill(b, c, ep, benchDBSize)
 

@@ -7,11 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -22,51 +17,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 )
 
-// startEtcd runs a real one-member etcd on a loopback address of its own, with any extra
-// flags, and returns its client URL. The binary comes from $ETCD or bin/etcd/v3.6.16
-// (hack/build-etcd.sh).
-func startEtcd(t testing.TB, ip string, flags ...string) string {
-	t.Helper()
-	bin := os.Getenv("ETCD")
-	if bin == "" {
-		_, file, _, _ := runtime.Caller(0)
-		bin = filepath.Join(filepath.Dir(file), "..", "..", "bin", "etcd", "v3.6.16", "etcd")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("etcd binary missing (%v): run hack/build-etcd.sh or make tools", err)
-	}
-	client := fmt.Sprintf("http://%s:2379", ip)
-	peer := fmt.Sprintf("http://%s:2380", ip)
-	cmd := exec.Command(bin, append([]string{
-		"--name=m0", "--data-dir=" + t.TempDir(),
-		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
-		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
-		"--listen-metrics-urls=" + fmt.Sprintf("http://%s:2381", ip),
-		"--initial-cluster=m0=" + peer, "--initial-cluster-state=new", "--log-level=error"}, flags...)...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("failed to start etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(fmt.Sprintf("http://%s:2381/readyz", ip))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return client
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("etcd at %s did not become ready", client)
-	return ""
-}
-
 func TestClientAgainstRealEtcd(t *testing.T) {
-	ep := startEtcd(t, "127.0.31.1")
+	ep := etcdproc.Start(t, "127.0.31.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := etcd.Dial(ctx, []string{ep})
@@ -256,7 +211,7 @@ func kv(t *testing.T, ep string) *clientv3.Client {
 }
 
 func TestSnapshotOfAMember(t *testing.T) {
-	ep := startEtcd(t, "127.0.41.1")
+	ep := etcdproc.Start(t, "127.0.41.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := etcd.Dial(ctx, []string{ep})
@@ -331,7 +286,7 @@ func TestSnapshotOfAMember(t *testing.T) {
 }
 
 func TestDefragmentShrinksTheDatabase(t *testing.T) {
-	ep := startEtcd(t, "127.0.41.2")
+	ep := etcdproc.Start(t, "127.0.41.2")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := etcd.Dial(ctx, []string{ep})
@@ -384,7 +339,7 @@ func TestDefragmentShrinksTheDatabase(t *testing.T) {
 }
 
 func TestNoSpaceAlarm(t *testing.T) {
-	ep := startEtcd(t, "127.0.41.3", fmt.Sprintf("--quota-backend-bytes=%d", 16<<20))
+	ep := etcdproc.Start(t, "127.0.41.3", fmt.Sprintf("--quota-backend-bytes=%d", 16<<20))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := etcd.Dial(ctx, []string{ep})
