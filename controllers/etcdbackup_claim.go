@@ -50,7 +50,7 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 			if b.Status.StartTime != nil && now.Sub(b.Status.StartTime.Time) < 10*time.Second {
 				return reconcile.Result{RequeueAfter: time.Second}, nil // the cache may not show it yet
 			}
-			return r.retry(b, now, string(backup.FailedSnapshot), "the backup pod disappeared before it finished")
+			return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, "the backup pod disappeared before it finished")
 		case err != nil:
 			return reconcile.Result{}, fmt.Errorf("failed to get the backup pod: %w", err)
 		}
@@ -62,13 +62,9 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 			}
 			switch {
 			case perr != nil:
-				return r.retry(b, now, string(backup.FailedSnapshot), perr.Error())
+				return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, perr.Error())
 			case pod.Status.Phase == corev1.PodFailed || rep.Failure != "" || rep.Error != "":
-				reason := string(rep.Failure)
-				if reason == "" {
-					reason = string(backup.FailedSnapshot)
-				}
-				return r.retry(b, now, reason, fmt.Sprintf("backup pod %s: %s", pod.Name, rep.Error))
+				return r.retry(b, now, failureReason(rep.Failure), fmt.Sprintf("backup pod %s: %s", pod.Name, rep.Error))
 			}
 			rep.Location = "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
 			r.succeed(b, rep, c)
@@ -78,7 +74,7 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 			if err := r.deletePod(ctx, pod); err != nil {
 				return reconcile.Result{}, err
 			}
-			return r.retry(b, now, string(backup.FailedSnapshot), fmt.Sprintf("backup pod %s did not finish within %s", pod.Name, r.Timeout))
+			return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, fmt.Sprintf("backup pod %s did not finish within %s", pod.Name, r.Timeout))
 		}
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
@@ -108,7 +104,7 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 		return reconcile.Result{}, fmt.Errorf("failed to own the backup pod: %w", err)
 	}
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
-		return r.retry(b, now, string(backup.FailedUpload), fmt.Sprintf("failed to create the backup pod: %v", err))
+		return r.retry(b, now, v1alpha1.ReasonUploadFailed, fmt.Sprintf("failed to create the backup pod: %v", err))
 	}
 	return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 }

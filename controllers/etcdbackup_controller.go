@@ -172,7 +172,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, b *v1alpha1.EtcdBackup)
 	defer cl.Close()
 	taken, failure, err := backup.Take(actx, cl, src.Endpoint, store, key)
 	if err != nil {
-		return r.retry(b, now, string(failure), err.Error())
+		return r.retry(b, now, failureReason(failure), err.Error())
 	}
 	r.succeed(b, taken.Report(src.Member.Name), c)
 	return reconcile.Result{}, nil
@@ -211,6 +211,22 @@ func withPhase(b *v1alpha1.EtcdBackup, p v1alpha1.BackupPhase) *v1alpha1.EtcdBac
 	cp := b.DeepCopy()
 	cp.Status = v1alpha1.EtcdBackupStatus{Phase: p}
 	return cp
+}
+
+// failureReason is the reason of the Complete condition for a snapshot that failed with f.
+// backup.Failure is the class Take returns and a backup pod reports in its termination
+// message; the condition's reasons are the API's constants. The two are mapped here, not
+// converted, so neither can drift into the other; a class this operator does not know (a pod
+// of another version) or none counts as SnapshotFailed.
+func failureReason(f backup.Failure) string {
+	switch f {
+	case backup.FailedIntegrity:
+		return v1alpha1.ReasonIntegrityCheckFailed
+	case backup.FailedUpload:
+		return v1alpha1.ReasonUploadFailed
+	default: // backup.FailedSnapshot, "", unknown
+		return v1alpha1.ReasonSnapshotFailed
+	}
 }
 
 func setComplete(b *v1alpha1.EtcdBackup, status metav1.ConditionStatus, reason, msg string) {
