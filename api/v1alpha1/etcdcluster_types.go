@@ -15,6 +15,9 @@ const DefaultVersion = "3.6.16"
 const DefaultImageRepository = "gcr.io/etcd-development/etcd"
 
 // EtcdClusterSpec is the desired state of an etcd cluster.
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="bootstrap can only be set when the cluster is created: it decides the data the founding members start from"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.storage) || !has(self.storage.ephemeral) || !self.storage.ephemeral",message="bootstrap needs volume claims: with storage.ephemeral the data directory only exists once the pod runs, so it cannot be restored before etcd starts"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.fromObject) || !has(self.version) || !self.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !self.bootstrap.fromObject.etcdVersion.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || (self.version.split('.')[0] == self.bootstrap.fromObject.etcdVersion.split('.')[0] && int(self.version.split('.')[1]) - int(self.bootstrap.fromObject.etcdVersion.split('.')[1]) in [0, 1])",messageExpression="'a snapshot of etcd ' + self.bootstrap.fromObject.etcdVersion + ' cannot be restored into etcd ' + self.version + ': etcd supports restoring a snapshot into the same minor version or the next one (an upgrade); restore into ' + self.bootstrap.fromObject.etcdVersion.split('.')[0] + '.' + self.bootstrap.fromObject.etcdVersion.split('.')[1] + ' and upgrade step by step'"
 type EtcdClusterSpec struct {
 	// Replicas is the number of voting etcd members. Odd numbers tolerate the same number of
 	// failures as the next even number, with less write overhead.
@@ -110,6 +113,18 @@ type EtcdClusterSpec struct {
 	// reported.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// Bootstrap restores the founding members' data from a snapshot before etcd first starts.
+	// It can only be set at creation.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bootstrap cannot change after creation: the founding members' data came from it"
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// DisasterRecovery says what happens when quorum is lost for good (a majority of the
+	// members lost their data).
+	// +kubebuilder:default={}
+	// +optional
+	DisasterRecovery DisasterRecoverySpec `json:"disasterRecovery,omitempty"`
 }
 
 // StorageSpec configures the members' data volumes.
@@ -435,6 +450,11 @@ type EtcdClusterStatus struct {
 	// Backup is the state of the backups: the newest successful one and the schedule.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// Restore is the latest restore of the cluster's data (spec.bootstrap or disaster
+	// recovery): what was restored, and where it stands.
+	// +optional
+	Restore *RestoreStatus `json:"restore,omitempty"`
 }
 
 // UpgradeStatus is a rollout in progress.
