@@ -162,6 +162,7 @@ func init() {
 	for r, e := range map[string]Effect{
 		ReasonRestoring:                EffectProgresses,
 		ReasonRecoveringFromBackup:     EffectProgresses,
+		ReasonRestored:                 EffectProgresses,
 		ReasonRestoreFailed:            EffectDegrades,
 		ReasonDisasterRecoveryRequired: EffectDegrades,
 		ReasonNoBackupToRestore:        EffectDegrades,

@@ -67,6 +67,7 @@ var Invariants = []Invariant{
 	{"ClaimsOnlyOfNonVoters", claimsOnlyOfNonVoters},
 	{"FoundersFixedUntilFormed", foundersFixed},
 	{"ScaleDownOnlyPodsWithoutVoters", scaleDownOnlyNonVoters},
+	{"RestoreOnlyWithoutQuorum", restoreOnlyWithoutQuorum},
 }
 
 // Check passes s through every invariant and returns the first refusal, or nil. Waits, None
@@ -275,6 +276,9 @@ func oneClusterID(s Step, v *evidenceView) string {
 // etcdIsTheTruth: every step but the first formation's StatefulSet size needs etcd's member
 // list and a leader from this pass; without them no step can know which members vote.
 func etcdIsTheTruth(s Step, v *evidenceView) string {
+	if isRestore(s) {
+		return "" // RestoreOnlyWithoutQuorum decides: a restore runs exactly when etcd has no quorum
+	}
 	if s.Kind == ScaleStatefulSet && !v.e.Formed {
 		return "" // FoundersFixedUntilFormed decides
 	}
@@ -438,7 +442,7 @@ func claimsOnlyOfNonVoters(s Step, v *evidenceView) string {
 // foundersFixed: until the cluster has formed, the StatefulSet runs exactly the founding
 // members recorded at the first render; a replicas change waits for formation.
 func foundersFixed(s Step, v *evidenceView) string {
-	if s.Kind != ScaleStatefulSet || v.e.Formed {
+	if s.Kind != ScaleStatefulSet || v.e.Formed || isRestore(s) {
 		return ""
 	}
 	if v.e.Founders > 0 && s.Replicas != v.e.Founders {
@@ -450,6 +454,9 @@ func foundersFixed(s Step, v *evidenceView) string {
 // scaleDownOnlyNonVoters: shrinking the StatefulSet deletes the pods above the new size; none
 // of them may be a voting member's.
 func scaleDownOnlyNonVoters(s Step, v *evidenceView) string {
+	if isRestore(s) {
+		return "" // RestoreOnlyWithoutQuorum decides
+	}
 	if s.Kind != ScaleStatefulSet || !v.e.Formed || s.Replicas >= v.e.StsReplicas {
 		return ""
 	}
@@ -463,6 +470,35 @@ func scaleDownOnlyNonVoters(s Step, v *evidenceView) string {
 	if len(voters) > 0 {
 		sort.Strings(voters)
 		return fmt.Sprintf("shrinking to %d replicas would delete the pods of voting members %s", s.Replicas, strings.Join(voters, ", "))
+	}
+	return ""
+}
+
+// isRestore reports whether s is a step of a restore (spec.bootstrap or disaster recovery):
+// those change members' data, and are judged by RestoreOnlyWithoutQuorum.
+func isRestore(s Step) bool {
+	return s.Reason == v1alpha1.ReasonRestoring || s.Reason == v1alpha1.ReasonRecoveringFromBackup
+}
+
+// restoreOnlyWithoutQuorum: a restore replaces members' data. A bootstrap restore runs only
+// before the cluster first formed. Disaster recovery runs only while etcd, read in this pass,
+// shows no serving quorum: no member can read the member list, or no leader is followed by a
+// quorum of healthy voters. (That a majority's data is gone, so quorum cannot come back, is
+// the restore planner's precondition, read from the claims.)
+func restoreOnlyWithoutQuorum(s Step, v *evidenceView) string {
+	switch s.Reason {
+	case v1alpha1.ReasonRestoring:
+		if v.e.Formed {
+			return "the cluster has formed: a bootstrap restore runs only before the founding members first start"
+		}
+	case v1alpha1.ReasonRecoveringFromBackup:
+		if v.e.Etcd == nil || v.leader == 0 {
+			return ""
+		}
+		if n, _ := v.healthyVoters(s, 0); n >= Quorum(int32(len(v.voters))) {
+			return fmt.Sprintf("etcd shows leader %s followed by %d healthy voting members of %d: the cluster serves, so it is never re-formed from a backup",
+				etcd.FormatID(v.leader), n, len(v.voters))
+		}
 	}
 	return ""
 }

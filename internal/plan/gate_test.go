@@ -37,6 +37,10 @@ func (f *gFix) member(k int32, learner bool) *gFix {
 	return f
 }
 
+func (f *gFix) noMembers() *gFix { f.e.Etcd = nil; return f }
+
+func (f *gFix) unformed() *gFix { f.e.Etcd, f.e.Formed = nil, false; return f }
+
 func (f *gFix) down(k int32) *gFix {
 	delete(f.e.Etcd.Status, gID(k))
 	f.e.Etcd.StatusErr[gID(k)] = errors.New("connection refused")
@@ -198,6 +202,16 @@ func TestGate(t *testing.T) {
 		{"disarm NOSPACE without a leader", gCluster(3).noLeader(), disarm(1, AlarmNoSpace), "EtcdIsTheTruth", "no leader"},
 		{"disarm CORRUPT", gCluster(3).alarm("memberID:257 alarm:CORRUPT"), disarm(1, AlarmCorrupt), "NeverDisarmCorrupt", "never disarmed"},
 		{"disarm an alarm without a type", gCluster(3), disarm(1, ""), "NeverDisarmCorrupt", "only a NOSPACE alarm"},
+
+		// Restores: disaster recovery only without a serving quorum; a bootstrap restore only
+		// before the cluster formed.
+		{"stop a serving cluster for disaster recovery", gCluster(3).down(2), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup},
+			"RestoreOnlyWithoutQuorum", "the cluster serves"},
+		{"stop a cluster without quorum for disaster recovery", gCluster(3).down(1).down(2), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
+		{"stop a cluster nobody answers for disaster recovery", gCluster(3).noMembers(), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
+		{"bootstrap restore of a formed cluster", gCluster(3), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring},
+			"RestoreOnlyWithoutQuorum", "has formed"},
+		{"bootstrap restore before formation", gCluster(3).unformed(), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring}, "", ""},
 
 		// Path 3: no claim to delete under emptyDir storage, and never a voter's.
 		{"delete a learner's claim", gCluster(3).member(3, true).pod(3, func(p *Pod) { p.Exists, p.PVCExists = true, true }),

@@ -19,18 +19,24 @@ import (
 func TestEveryPlannerReasonDeclaresItsEffect(t *testing.T) {
 	values := map[string]string{}
 	fset := token.NewFileSet()
-	api, err := parser.ParseFile(fset, filepath.Join("..", "..", "api", "v1alpha1", "conditions.go"), nil, 0)
+	apiFiles, err := filepath.Glob(filepath.Join("..", "..", "api", "v1alpha1", "*_types.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ast.Inspect(api, func(n ast.Node) bool {
-		if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Names) == 1 && len(vs.Values) == 1 {
-			if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				values[vs.Names[0].Name], _ = strconv.Unquote(lit.Value)
-			}
+	for _, path := range append(apiFiles, filepath.Join("..", "..", "api", "v1alpha1", "conditions.go")) {
+		api, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return true
-	})
+		ast.Inspect(api, func(n ast.Node) bool {
+			if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Names) == 1 && len(vs.Values) == 1 {
+				if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					values[vs.Names[0].Name], _ = strconv.Unquote(lit.Value)
+				}
+			}
+			return true
+		})
+	}
 	used := map[string]bool{}
 	err = filepath.Walk(".", func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {

@@ -329,10 +329,7 @@ func TestDecide(t *testing.T) {
 			o.Record.Message = "restoring etcd-0 failed 3 times; last: sha256 mismatch"
 			o.StsReplicas = 0
 			return o
-		}(), kind: plan.Wait, reason: v1alpha1.ReasonRestoreFailed, msgs: []string{"restoring etcd-0 failed 3 times"},
-			skip: "planner bug: restore.go:179 returns None for a Failed record whenever Formed, but Formed (status.clusterID) " +
-				"stays set through a disaster recovery (ResetMembership does not clear it), so a failed disaster recovery is " +
-				"never reported and the cluster sits at 0 replicas with quorum lost"},
+		}(), kind: plan.Wait, reason: v1alpha1.ReasonRestoreFailed, msgs: []string{"restoring etcd-0 failed 3 times"}},
 
 		// Disaster.
 		{name: "quorum lost, Voters 3, DataKept 2: None (members only down: never restore)", o: func() Observation {
@@ -350,10 +347,7 @@ func TestDecide(t *testing.T) {
 			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
 			o.DataGone, o.DataKept = nil, nil
 			return o
-		}(), kind: plan.None,
-			skip: "planner bug: restore.go:244 restores when fewer than a quorum of members are known to have kept their " +
-				"data (len(DataKept) < quorum) instead of when a quorum is known to have lost it; with DataGone and " +
-				"DataKept both empty it returns BeginRestore ('0 of 3 voting members lost their data ()')"},
+		}(), kind: plan.None},
 		{name: "quorum lost, DataKept 1, lost for less than After: Wait QuorumLost with RequeueAfter", o: func() Observation {
 			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
 			o.QuorumLostSince = now.Add(-20 * time.Second)
@@ -365,10 +359,7 @@ func TestDecide(t *testing.T) {
 			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
 			o.QuorumLostSince = time.Time{}
 			return o
-		}(), kind: plan.Wait, reason: v1alpha1.ReasonQuorumLost, requeue: time.Minute,
-			skip: "planner bug: restore.go:248-250 computes RequeueAfter as After - Now.Sub(QuorumLostSince); for a zero " +
-				"QuorumLostSince (which line 249 handles explicitly) Sub saturates and RequeueAfter is about -292 years, " +
-				"so the wait never requeues by itself (plan.Since would give 0)"},
+		}(), kind: plan.Wait, reason: v1alpha1.ReasonQuorumLost, requeue: time.Minute},
 		{name: "quorum lost, DataKept 1, past After, no backup: Wait NoBackupToRestore", o: func() Observation {
 			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
 			o.Latest = nil
