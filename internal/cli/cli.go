@@ -38,6 +38,10 @@ Usage:
   etcd-pilot snapshot --endpoint URL --dir D --key K
                                           stream a verified etcd snapshot into a folder
                                           (what backup pods run on a volume claim)
+  etcd-pilot restore-prepare --id ID (--file F | --s3-key K ...)
+                                          fetch and check a snapshot onto a member's volume,
+                                          setting its earlier data aside (restore pods)
+  etcd-pilot restore-finish --id ID       check etcdutl's output, delete the staging folder
   etcd-pilot version                      print the version
 
 Run "etcd-pilot COMMAND -h" for a command's flags.
@@ -59,6 +63,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runValues(args[1:], stdin, stdout, stderr)
 	case "snapshot":
 		err = runSnapshot(ctx, args[1:], stdout, stderr)
+	case "restore-prepare":
+		err = runRestorePrepare(ctx, args[1:], stdout, stderr)
+	case "restore-finish":
+		err = runRestoreFinish(args[1:], stdout, stderr)
 	case "version":
 		_, name, chartVersion := embeddedChart()
 		fmt.Fprintf(stdout, "etcd-pilot %s (chart %s %s, default etcd %s)\n", Version, name, chartVersion, v1alpha1.DefaultVersion)
