@@ -2,12 +2,12 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,35 +87,33 @@ func (r *EtcdBackupReconciler) SetupWithManager(mgr ctrlruntime.Manager) error {
 // Reconcile moves one EtcdBackup forward: Pending until its cluster has a healthy member,
 // Running while the snapshot streams, then Succeeded or Failed. Succeeded and Failed are
 // final.
-func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	b := &v1alpha1.EtcdBackup{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
 	}
+	before := b.DeepCopy()
 	if b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed {
 		return reconcile.Result{}, nil
 	}
-	before := b.DeepCopy()
-	res, err := r.take(ctx, b)
-	if !equalBackupStatus(before.Status, b.Status) {
-		if perr := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(before)); perr != nil && err == nil {
-			err = fmt.Errorf("failed to update the status of EtcdBackup %s: %w", req, perr)
+	// One status patch at the end of the pass, whatever take returns; take writes once more
+	// itself, to record an attempt before it streams.
+	defer func() {
+		if !equality.Semantic.DeepEqual(before.Status, b.Status) {
+			if perr := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(before)); perr != nil && err == nil {
+				err = fmt.Errorf("failed to update the status of EtcdBackup %s: %w", req, perr)
+			}
 		}
-	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	return res, nil
+		if err != nil {
+			res = reconcile.Result{}
+		}
+	}()
+	return r.take(ctx, before, b)
 }
 
-func equalBackupStatus(a, b v1alpha1.EtcdBackupStatus) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return string(ja) == string(jb)
-}
-
-// take runs one pass of the backup b, changing only its status.
-func (r *EtcdBackupReconciler) take(ctx context.Context, b *v1alpha1.EtcdBackup) (reconcile.Result, error) {
+// take runs one pass of the backup b, changing only its status. before is b as read at the
+// start of the pass, the base of the status patch that records an attempt before it streams.
+func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.EtcdBackup) (reconcile.Result, error) {
 	now := time.Now()
 	if b.Status.Phase == "" {
 		b.Status.Phase = v1alpha1.BackupPending
@@ -159,7 +157,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, b *v1alpha1.EtcdBackup)
 	// Record the attempt before streaming: a crash mid-stream shows as a Running backup that
 	// the next pass tries again, overwriting the same key.
 	r.running(b, now, src.Member.Name, store.Location(key))
-	if err := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(withPhase(b, ""))); err != nil {
+	if err := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(before)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to record the start of EtcdBackup %s/%s: %w", b.Namespace, b.Name, err)
 	}
 
@@ -203,14 +201,6 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	src, why := backupplan.PickSource(*o.etcd, learnerMaxLag)
 	return src, why, nil
-}
-
-// withPhase returns a copy of b with the given phase, for a merge patch base that always
-// carries the status fields.
-func withPhase(b *v1alpha1.EtcdBackup, p v1alpha1.BackupPhase) *v1alpha1.EtcdBackup {
-	cp := b.DeepCopy()
-	cp.Status = v1alpha1.EtcdBackupStatus{Phase: p}
-	return cp
 }
 
 // failureReason is the reason of the Complete condition for a snapshot that failed with f.
