@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -16,11 +17,13 @@ import (
 )
 
 // compactions remembers, per cluster (by UID), the revision the operator last compacted the
-// keyspace to: etcd's status does not report it (see maintenance.Observation). Losing it (an
-// operator restart) costs one compaction that changes nothing.
+// keyspace to, and the members it defragmented since: etcd's status reports neither (see
+// maintenance.Observation). Losing them (an operator restart) costs one compaction that
+// changes nothing and one more defragmentation of each member over the quota threshold.
 type compactions struct {
-	mu  sync.Mutex
-	rev map[types.UID]int64
+	mu     sync.Mutex
+	rev    map[types.UID]int64
+	defrag map[types.UID]map[uint64]bool
 }
 
 func (c *compactions) get(uid types.UID) int64 {
@@ -29,19 +32,44 @@ func (c *compactions) get(uid types.UID) int64 {
 	return c.rev[uid]
 }
 
+// set records a compaction to rev; a newer one forgets the defragmentations before it.
 func (c *compactions) set(uid types.UID, rev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rev == nil {
 		c.rev = map[types.UID]int64{}
 	}
-	c.rev[uid] = max(c.rev[uid], rev)
+	if rev > c.rev[uid] {
+		c.rev[uid] = rev
+		delete(c.defrag, uid)
+	}
+}
+
+// defragmented records that member id was defragmented.
+func (c *compactions) defragmented(uid types.UID, id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.defrag == nil {
+		c.defrag = map[types.UID]map[uint64]bool{}
+	}
+	if c.defrag[uid] == nil {
+		c.defrag[uid] = map[uint64]bool{}
+	}
+	c.defrag[uid][id] = true
+}
+
+// defragmentedSince returns a copy of the members defragmented since the last compaction.
+func (c *compactions) defragmentedSince(uid types.UID) map[uint64]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.defrag[uid])
 }
 
 // maintenanceObservation builds the maintenance planner's view from this pass's etcd answers
 // and spec.maintenance. It asks etcd for the alarm list only when a member reports an alarm.
 func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, e *etcd.Observed, busy bool, now time.Time) maintenance.Observation {
-	o := maintenance.Observation{MaxLag: learnerMaxLag, Busy: busy, CompactedRevision: r.compacted.get(c.UID)}
+	o := maintenance.Observation{MaxLag: learnerMaxLag, Busy: busy, CompactedRevision: r.compacted.get(c.UID),
+		DefragmentedSinceCompaction: r.compacted.defragmentedSince(c.UID)}
 	leader := e.Leader()
 	alarmed := false
 	for _, m := range e.Cluster.Members {

@@ -483,8 +483,11 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	if err != nil {
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
-	if a.Kind == plan.Compact {
+	switch a.Kind {
+	case plan.Compact:
 		r.compacted.set(c.UID, a.Revision)
+	case plan.Defragment:
+		r.compacted.defragmented(c.UID, a.ID)
 	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
 	if a.Kind == plan.MoveLeader {

@@ -103,6 +103,15 @@ type Observation struct {
 	// revision already compacted with that same error: success). Losing the record costs one
 	// compaction that changes nothing.
 	CompactedRevision int64
+	// DefragmentedSinceCompaction holds the members defragmented since the keyspace was
+	// compacted to CompactedRevision; the caller records each Defragment step that succeeded
+	// and forgets them when it records a newer compaction. Under a NOSPACE alarm a member's
+	// DBSizeInUse can go on counting the pages a compaction freed: etcd updates it when a
+	// write transaction commits, and the alarm refuses the writes that would commit one. So
+	// after the compaction each member over the threshold is defragmented once whatever it
+	// reports free, and only then judged by its free pages. Losing the record costs one more
+	// defragmentation of each member over the threshold.
+	DefragmentedSinceCompaction map[uint64]bool
 	// QuotaBytes is the space quota the members run with, or will once the spec's is rolled
 	// out (--quota-backend-bytes); ≤ 0 means DefaultQuotaBytes.
 	QuotaBytes int64
@@ -326,10 +335,13 @@ func (v *view) corrupt() (plan.Step, bool) {
 //     Revision): compact to Revision. Under the alarm the revision moves only when keys are
 //     deleted (by a client, or by an expiring lease), and only a finite set of keys can be
 //     deleted, so this repeats only while deletions free history;
-//  3. members whose DBSize is above QuotaRatio of the quota and that hold at least
-//     MinReclaimBytes of free pages: defragment them one at a time, followers first, the most
-//     free space first, the leader last after MoveLeader. A defragmented member holds no
-//     free pages, so it drops out by itself;
+//  3. members whose DBSize is above QuotaRatio of the quota and that were not defragmented
+//     since the compaction, or hold at least MinReclaimBytes of free pages: defragment them
+//     one at a time, followers first, the most free space first, the leader last after
+//     MoveLeader. The free pages alone would not do: a member may report the pages the
+//     compaction freed as in use until a write commits, and none commits under the alarm
+//     (see DefragmentedSinceCompaction). A defragmented member is recorded and holds no free
+//     pages, so it drops out by itself;
 //  4. otherwise compaction and defragmentation freed what they can: the data does not fit.
 //     Wait (degraded) for the user to raise the quota or delete data; nothing loops.
 //
@@ -372,7 +384,7 @@ func (v *view) noSpace() plan.Step {
 	}
 	var wanted []Member
 	for _, m := range over {
-		if b, _ := Fragmented(m); b >= MinReclaimBytes {
+		if b, _ := Fragmented(m); b >= MinReclaimBytes || !v.o.DefragmentedSinceCompaction[m.ID] {
 			wanted = append(wanted, m)
 		}
 	}
@@ -382,8 +394,12 @@ func (v *view) noSpace() plan.Step {
 		}
 		return v.defragmentNext(wanted, func(m Member) string {
 			b, _ := Fragmented(m)
-			return fmt.Sprintf("NOSPACE alarm: its database is %s, above %s (%.0f%% of the %s quota), and %s of it is free after compaction",
-				size(m.DBSize), size(v.nearQuota), 100*v.quotaRatio, size(v.quota), size(b))
+			free := fmt.Sprintf("%s of it is free after compaction", size(b))
+			if b < MinReclaimBytes {
+				free = fmt.Sprintf("it was not defragmented since the compaction; it reports %s free, but etcd may count what the compaction freed as in use until a write commits, and the alarm refuses writes", size(b))
+			}
+			return fmt.Sprintf("NOSPACE alarm: its database is %s, above %s (%.0f%% of the %s quota), and %s",
+				size(m.DBSize), size(v.nearQuota), 100*v.quotaRatio, size(v.quota), free)
 		})
 	}
 	if len(down) > 0 {

@@ -67,6 +67,16 @@ func quota(b int64) edit { return func(o *Observation) { o.QuotaBytes = b } }
 
 func compacted(o *Observation) { o.CompactedRevision = o.Revision }
 
+// defragmented records members (by ID) as defragmented since the compaction.
+func defragmented(ids ...uint64) edit {
+	return func(o *Observation) {
+		o.DefragmentedSinceCompaction = map[uint64]bool{}
+		for _, id := range ids {
+			o.DefragmentedSinceCompaction[id] = true
+		}
+	}
+}
+
 func TestFragmented(t *testing.T) {
 	tests := []struct {
 		m     Member
@@ -162,8 +172,19 @@ func TestDecide(t *testing.T) {
 		{name: "NOSPACE: disarm the alarm of a removed member", o: with(cluster(3), alarm(0x99, plan.AlarmNoSpace)),
 			kind: plan.DisarmAlarm, member: "", id: 0x99, msg: "alarm of 99"},
 		{name: "NOSPACE: the data does not fit", o: with(cluster(3), quota(100*mib), sizes(0, 50, 50), sizes(1, 95, 95), sizes(2, 50, 50),
-			alarm(2, plan.AlarmNoSpace), compacted),
+			alarm(2, plan.AlarmNoSpace), compacted, defragmented(2)),
 			kind: plan.Wait, reason: v1alpha1.ReasonNoSpaceAlarm, msg: "the data does not fit: e-1 95.0 MiB (95.0 MiB in use), above 80.0 MiB"},
+		// etcd updates the size in use when a write commits, and the alarm refuses writes: a
+		// member may go on reporting the space the compaction freed as in use.
+		{name: "NOSPACE: compacted, a member not defragmented since is, whatever it reports free", o: with(cluster(3), quota(100*mib),
+			sizes(0, 50, 50), sizes(1, 95, 95), sizes(2, 50, 50), alarm(2, plan.AlarmNoSpace), compacted),
+			kind: plan.Defragment, reason: v1alpha1.ReasonDefragmenting, member: "e-1", msg: "was not defragmented since the compaction"},
+		{name: "NOSPACE: compacted, a member defragmented since is judged by its free pages", o: with(cluster(3), quota(100*mib),
+			sizes(0, 50, 50), sizes(1, 95, 60), sizes(2, 50, 50), alarm(2, plan.AlarmNoSpace), compacted, defragmented(2)),
+			kind: plan.Defragment, member: "e-1", msg: "35.0 MiB of it is free after compaction"},
+		{name: "NOSPACE: the leader not defragmented since the compaction, last", o: with(cluster(3), quota(100*mib), sizes(0, 95, 95),
+			sizes(1, 95, 95), sizes(2, 50, 50), alarm(2, plan.AlarmNoSpace), compacted, defragmented(2)),
+			kind: plan.MoveLeader, member: "e-0", target: 2},
 		{name: "NOSPACE: handled when disabled and busy", o: with(cluster(3), quota(100*mib), sizes(1, 100, 95), alarm(2, plan.AlarmNoSpace),
 			func(o *Observation) { o.Policy, o.Busy = Policy{}, true }), kind: plan.Compact},
 		{name: "NOSPACE: no leader", o: with(cluster(3), quota(100*mib), sizes(1, 100, 95), alarm(2, plan.AlarmNoSpace), leader(-1)),
@@ -254,6 +275,10 @@ type model struct {
 	// deletions: after each of the next deletions steps, a deletion moves the revision and
 	// adds deleted bytes of history to every member.
 	deletions, deleted int64
+	// stale: members go on reporting the history a compaction freed as in use (no write
+	// commits under the alarm); a defragmentation gives it back all the same.
+	stale bool
+	freed map[uint64]int64
 }
 
 func (md *model) apply(t *testing.T, s plan.Step) {
@@ -263,20 +288,38 @@ func (md *model) apply(t *testing.T, s plan.Step) {
 	case plan.Compact:
 		for i := range o.Members {
 			m := &o.Members[i]
-			m.DBSizeInUse -= md.history[m.ID]
+			if md.stale {
+				if md.freed == nil {
+					md.freed = map[uint64]int64{}
+				}
+				md.freed[m.ID] += md.history[m.ID]
+			} else {
+				m.DBSizeInUse -= md.history[m.ID]
+			}
 			md.history[m.ID] = 0
 		}
-		if md.forget {
+		// What the controller records: the compaction, which forgets the defragmentations
+		// before it, unless it crashed and lost both.
+		switch {
+		case md.forget:
 			md.forget = false
-		} else {
+			o.DefragmentedSinceCompaction = nil
+		case s.Revision > o.CompactedRevision:
 			o.CompactedRevision = s.Revision
+			o.DefragmentedSinceCompaction = nil
 		}
 	case plan.Defragment:
 		for i := range o.Members {
 			if m := &o.Members[i]; m.ID == s.ID {
+				m.DBSizeInUse -= md.freed[m.ID]
+				delete(md.freed, m.ID)
 				m.DBSize = m.DBSizeInUse
 			}
 		}
+		if o.DefragmentedSinceCompaction == nil {
+			o.DefragmentedSinceCompaction = map[uint64]bool{}
+		}
+		o.DefragmentedSinceCompaction[s.ID] = true
 	case plan.MoveLeader:
 		for i := range o.Members {
 			m := &o.Members[i]
@@ -383,6 +426,22 @@ func TestSimulateNoSpace(t *testing.T) {
 				return md
 			}(),
 			want: []string{"Compact", "Compact", "Compact", "Compact", "Defragment e-1", "Defragment e-2", "MoveLeader e-0>2", "Defragment e-0", "DisarmAlarm 1", "DisarmAlarm 2", "DisarmAlarm 3", "None"}},
+		{name: "members report the history the compaction freed as in use, nothing free: each over the threshold is defragmented once, then disarm",
+			md: func() *model {
+				md := full(3, []int64{1024, 1024, 1024}, 500)
+				md.stale = true
+				return md
+			}(),
+			want: []string{"Compact", "Defragment e-1", "Defragment e-2", "MoveLeader e-0>2", "Defragment e-0",
+				"DisarmAlarm 1", "DisarmAlarm 2", "DisarmAlarm 3", "None"}},
+		{name: "the data does not fit and nothing is reported free: each member defragmented once, then a wait",
+			md: func() *model {
+				md := full(3, []int64{1024, 1024, 1024}, 10)
+				md.stale = true
+				return md
+			}(),
+			want: []string{"Compact", "Defragment e-1", "Defragment e-2", "MoveLeader e-0>2", "Defragment e-0", "Wait"},
+			last: v1alpha1.ReasonNoSpaceAlarm},
 		{name: "the quota is raised while the data does not fit: disarm",
 			md: func() *model {
 				md := full(3, []int64{1000, 1000, 1000}, 10)
