@@ -157,7 +157,14 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 	// Record the attempt before streaming: a crash mid-stream shows as a Running backup that
 	// the next pass tries again, overwriting the same key.
 	r.running(b, now, src.Member.Name, store.Location(key))
-	if err := r.Client.Status().Patch(ctx, b, ctrl.MergeFrom(before)); err != nil {
+	// With an optimistic lock: a pass that read the backup from a cache that had not seen it
+	// succeed yet (the status write of the previous pass triggers this one) must not take a
+	// second snapshot over the stored one.
+	if err := r.Client.Status().Patch(ctx, b, ctrl.MergeFromWithOptions(before, ctrl.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			b.Status = *before.Status.DeepCopy() // nothing to write: the next pass reads it again
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
 		return reconcile.Result{}, fmt.Errorf("failed to record the start of EtcdBackup %s/%s: %w", b.Namespace, b.Name, err)
 	}
 
