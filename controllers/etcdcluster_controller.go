@@ -72,6 +72,8 @@ type EtcdClusterReconciler struct {
 	DialEtcd etcd.Dialer
 	// OpenS3 opens S3 backup destinations (retention deletes there); objstore.NewS3 when nil.
 	OpenS3 StoreOpener
+	// AgentImage is the operator's own image, run by the restore pods.
+	AgentImage string
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
 	// AfterStep, when set, is called after every step the executor carried out, with the
@@ -86,6 +88,8 @@ type EtcdClusterReconciler struct {
 
 	// compacted remembers the revision each cluster was last compacted to (maintenance).
 	compacted compactions
+	// quorumLoss remembers since when each cluster has been without quorum (restore).
+	quorumLoss lostQuorum
 
 	// missingSince remembers since when member pods have been missing (see missingPods).
 	missingMu    sync.Mutex
@@ -120,7 +124,7 @@ func (r *EtcdClusterReconciler) init() {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -218,7 +222,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if specErr == nil && !c.Spec.Paused {
 		applyErr = r.ensureFoundingConfig(ctx, c, topo)
 		if applyErr == nil {
-			applyErr = r.applyAndPrune(ctx, c, desired)
+			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c))
 		}
 		obs.applyErr = applyErr
 	}
@@ -228,7 +232,16 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	}
 	backupNext, backupErr := r.reconcileBackups(ctx, c, &obs)
 	var memberErr error
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil && backupErr == nil {
+	restoring := false
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil {
+		// A restore (spec.bootstrap, or disaster recovery) goes first; membership, rollout and
+		// maintenance wait while one is wanted or under way.
+		a, err := r.reconcileRestore(ctx, c, topo, &obs, desired)
+		if a.Kind != plan.None || err != nil {
+			obs.membership, memberErr, restoring = &a, err, true
+		}
+	}
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil && backupErr == nil && !restoring {
 		a, err := r.reconcileMembership(ctx, c, topo, &obs)
 		obs.membership, memberErr = &a, err
 	}
@@ -272,8 +285,19 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.EtcdCluster, desired []*unstructured) error {
-	res, err := r.applier.Apply(ctx, desired)
+// applyAndPrune applies what the chart rendered and prunes what it no longer renders. With
+// holdSts the StatefulSet is not applied (nor pruned): a bootstrap restore has not finished.
+func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.EtcdCluster, desired []*unstructured, holdSts bool) error {
+	apply := desired
+	if holdSts {
+		apply = nil
+		for _, o := range desired {
+			if o.GetKind() != "StatefulSet" {
+				apply = append(apply, o)
+			}
+		}
+	}
+	res, err := r.applier.Apply(ctx, apply)
 	if len(res.Applied) > 0 {
 		r.Recorder.Eventf(c, nil, "Normal", "Applied", "Apply", "Applied %v", res.Applied)
 	}

@@ -120,6 +120,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		DialEtcd:    dial,
 		EtcdTimeout: o.EtcdTimeout,
 		AfterStep:   o.AfterStep,
+		AgentImage:  o.AgentImage,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)

@@ -477,14 +477,19 @@ func scaleDownOnlyNonVoters(s Step, v *evidenceView) string {
 // isRestore reports whether s is a step of a restore (spec.bootstrap or disaster recovery):
 // those change members' data, and are judged by RestoreOnlyWithoutQuorum.
 func isRestore(s Step) bool {
-	return s.Reason == v1alpha1.ReasonRestoring || s.Reason == v1alpha1.ReasonRecoveringFromBackup
+	switch s.Reason {
+	case v1alpha1.ReasonRestoring, v1alpha1.ReasonRecoveringFromBackup, v1alpha1.ReasonRestored, v1alpha1.ReasonRestoreFailed:
+		return true
+	}
+	return false
 }
 
 // restoreOnlyWithoutQuorum: a restore replaces members' data. A bootstrap restore runs only
 // before the cluster first formed. Disaster recovery runs only while etcd, read in this pass,
 // shows no serving quorum: no member can read the member list, or no leader is followed by a
 // quorum of healthy voters. (That a majority's data is gone, so quorum cannot come back, is
-// the restore planner's precondition, read from the claims.)
+// the restore planner's precondition, read from the claims.) The end of a restore (Restored,
+// RestoreFailed: a status record, deleting finished restore pods) touches no member.
 func restoreOnlyWithoutQuorum(s Step, v *evidenceView) string {
 	switch s.Reason {
 	case v1alpha1.ReasonRestoring:

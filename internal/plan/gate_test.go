@@ -211,6 +211,8 @@ func TestGate(t *testing.T) {
 		{"stop a cluster nobody answers for disaster recovery", gCluster(3).noMembers(), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
 		{"bootstrap restore of a formed cluster", gCluster(3), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring},
 			"RestoreOnlyWithoutQuorum", "has formed"},
+		{"finish a restore before formation", gCluster(3).unformed(), Step{Kind: "FinishRestore", Reason: v1alpha1.ReasonRestored}, "", ""},
+		{"clean up after a restore", gCluster(3), Step{Kind: "CleanUpRestore", Member: "etc-0", Reason: v1alpha1.ReasonRestored}, "", ""},
 		{"bootstrap restore before formation", gCluster(3).unformed(), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring}, "", ""},
 
 		// Path 3: no claim to delete under emptyDir storage, and never a voter's.

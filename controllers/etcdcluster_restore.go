@@ -1,0 +1,684 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
+)
+
+const (
+	// restoreMaxAttempts is how many failed restore pods end a restore.
+	restoreMaxAttempts = 3
+	// restoreVolumeRoot is where a restore pod mounts the member's claim: where the chart
+	// mounts it for etcd.
+	restoreVolumeRoot = "/var/lib/etcd"
+)
+
+// lostQuorum remembers since when this process has seen each cluster without quorum.
+type lostQuorum struct {
+	mu    sync.Mutex
+	since map[types.UID]time.Time
+}
+
+func (l *lostQuorum) observe(uid types.UID, lost bool, now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.since == nil {
+		l.since = map[types.UID]time.Time{}
+	}
+	if !lost {
+		delete(l.since, uid)
+		return time.Time{}
+	}
+	if t, ok := l.since[uid]; ok {
+		return t
+	}
+	l.since[uid] = now
+	return now
+}
+
+// snapshotSource is a resolved snapshot: where the restore pods read it, and how.
+type snapshotSource struct {
+	restore.Source
+	s3    *v1alpha1.S3Destination // with the full object key in key
+	key   string
+	claim string // claim name, with key the file's path on it
+}
+
+// holdStatefulSet reports whether the StatefulSet is kept back this pass: a bootstrap restore
+// has not finished, and founders must never start on empty volumes.
+func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
+	return restore.HoldStatefulSet(c.Spec.Bootstrap != nil, c.Status.ClusterID != "", c.Status.Restore)
+}
+
+// reconcileRestore observes, asks the restore planner, passes the gate and carries out one
+// restore step. It returns a step of kind None when no restore is wanted or under way.
+func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, desired []*unstructured) (plan.Step, error) {
+	ro, srcs, err := r.restoreObservation(ctx, c, t, o)
+	if err != nil {
+		return plan.Step{}, err
+	}
+	a := restore.Decide(ro)
+	if a.Kind == plan.None {
+		return a.Step, nil
+	}
+	ev := plan.Evidence{Etcd: o.etcd, StatefulSet: t.statefulSet, StsReplicas: ro.StsReplicas, Desired: specReplicas(c),
+		Formed: c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0), PeerURL: t.peerURL, MaxLag: learnerMaxLag}
+	gated := plan.Gate(a.Step, ev)
+	if gated.Kind != a.Kind {
+		return gated, nil
+	}
+	return a.Step, r.actRestore(ctx, c, t, ro, a, srcs, desired)
+}
+
+// restoreSources are the sources the observation resolved, by location.
+type restoreSources map[string]snapshotSource
+
+func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (restore.Observation, restoreSources, error) {
+	srcs := restoreSources{}
+	ro := restore.Observation{
+		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: c.Status.Restore,
+		Formed: c.Status.ClusterID != "", Policy: c.Spec.DisasterRecovery.Policy, After: time.Minute,
+		MaxAttempts: restoreMaxAttempts, Now: o.now,
+	}
+	if ro.Policy == "" {
+		ro.Policy = v1alpha1.DisasterRecoveryManual
+	}
+	if d := c.Spec.DisasterRecovery.After; d != nil {
+		ro.After = d.Duration
+	}
+	if o.sts != nil && o.sts.Spec.Replicas != nil {
+		ro.StsReplicas = *o.sts.Spec.Replicas
+	}
+	if b := c.Spec.Bootstrap; b != nil && !ro.Formed {
+		s, problem, err := r.bootstrapSource(ctx, c, b)
+		if err != nil {
+			return ro, srcs, err
+		}
+		ro.BootstrapProblem = problem
+		if problem == "" {
+			ro.Bootstrap = &s.Source
+			srcs[s.Location] = s
+		}
+	}
+	// Quorum, from etcd in this pass.
+	lost := false
+	if ro.Formed {
+		lost = o.etcd == nil || !serving(*o.etcd)
+	}
+	ro.QuorumLost = lost
+	ro.QuorumLostSince = r.quorumLoss.observe(c.UID, lost, o.now)
+	if lost || restore.Active(c.Status.Restore) {
+		if err := r.dataHolders(ctx, c, t, o, &ro); err != nil {
+			return ro, srcs, err
+		}
+		latest, err := r.latestBackup(ctx, c)
+		if err != nil {
+			return ro, srcs, err
+		}
+		if latest != nil {
+			ro.Latest = &latest.Source
+			srcs[latest.Location] = *latest
+		}
+	}
+	if rec := c.Status.Restore; rec != nil && restore.Active(rec) {
+		if _, ok := srcs[rec.Location]; !ok {
+			// The source of a restore under way, resolved again from what it recorded.
+			s, err := r.recordedSource(ctx, c, rec)
+			if err != nil {
+				return ro, srcs, err
+			}
+			srcs[rec.Location] = s
+		}
+		ro.SequentialPods = srcs[rec.Location].claim != ""
+	}
+	if err := r.restoreFounders(ctx, c, t, o, &ro); err != nil {
+		return ro, srcs, err
+	}
+	return ro, srcs, nil
+}
+
+// serving reports whether a quorum of voting members answers and follows one leader.
+func serving(e etcd.Observed) bool {
+	leader := e.Leader()
+	if leader == 0 {
+		return false
+	}
+	voters, up := 0, 0
+	for _, m := range e.Cluster.Members {
+		if m.IsLearner {
+			continue
+		}
+		voters++
+		if st, ok := e.Status[m.ID]; ok && st.Leader == leader {
+			up++
+		}
+	}
+	return voters > 0 && up >= voters/2+1
+}
+
+// dataHolders fills Voters, DataGone and DataKept from the members' claims (or pods, under
+// emptyDir storage): a voting member's data is kept when its holder exists, is not being
+// deleted, and carries the member stamp the operator writes once a member ran on it. A claim
+// the StatefulSet re-created after the old one was deleted carries none.
+func (r *EtcdClusterReconciler) dataHolders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, ro *restore.Observation) error {
+	voters := ro.StsReplicas
+	if raw := c.Annotations[IntentAnnotation]; strings.Contains(raw, `"op":"add"`) && voters > 0 {
+		voters-- // the learner being added does not vote
+	}
+	if ro.Record != nil && restore.Active(ro.Record) {
+		return nil
+	}
+	ro.Voters = voters
+	ephemeral := c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
+	stamped := 0
+	for k := int32(0); k < voters; k++ {
+		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
+		var holder client.Object = &corev1.PersistentVolumeClaim{}
+		key := types.NamespacedName{Namespace: c.Namespace, Name: "data-" + name}
+		if ephemeral {
+			holder, key.Name = &corev1.Pod{}, name
+		}
+		err := r.apiReader().Get(ctx, key, holder)
+		switch {
+		case apierrors.IsNotFound(err):
+			ro.DataGone = append(ro.DataGone, name)
+			continue
+		case err != nil:
+			return fmt.Errorf("failed to get %s: %w", key.Name, err)
+		}
+		if holder.GetDeletionTimestamp() != nil || holder.GetAnnotations()[MemberIDAnnotation] == "" {
+			ro.DataGone = append(ro.DataGone, name)
+			continue
+		}
+		stamped++
+		ro.DataKept = append(ro.DataKept, name)
+	}
+	if stamped == 0 {
+		// No holder was ever stamped: nothing is known of where the data is, so nothing counts
+		// as gone.
+		ro.DataKept, ro.DataGone = append(ro.DataKept, ro.DataGone...), nil
+	}
+	return nil
+}
+
+// restoreFounders fills Founders: while members are being stopped, every ordinal that has a
+// member pod; afterwards, the founding list.
+func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, ro *restore.Observation) error {
+	rec := c.Status.Restore
+	wanted := ro.Bootstrap != nil && rec == nil
+	if rec == nil && !wanted {
+		return nil
+	}
+	founders, err := r.founders(ctx, c, t)
+	if err != nil {
+		return err
+	}
+	n := int32(len(founders))
+	members := map[string]bool{}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return fmt.Errorf("failed to list member pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		if k, ok := plan.Ordinal(t.statefulSet, p.Name); ok {
+			members[p.Name] = true
+			if rec != nil && rec.Phase == v1alpha1.RestoreStopping {
+				n = max(n, k+1)
+			}
+		}
+	}
+	id := ""
+	if rec != nil {
+		id = rec.ID
+	}
+	for k := int32(0); k < n; k++ {
+		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
+		f := restore.Founder{Name: name, MemberPodExists: members[name]}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + name}, pvc)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("failed to get volume claim data-%s: %w", name, err)
+		}
+		f.ClaimExists = err == nil
+		if id != "" {
+			pod := &corev1.Pod{}
+			err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: restorePodName(c.Name, id, k)}, pod)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("failed to get restore pod: %w", err)
+			}
+			if err == nil {
+				f.Pod = restore.PodState{Exists: true, Deleting: pod.DeletionTimestamp != nil, Phase: string(pod.Status.Phase), Message: restorePodMessage(pod)}
+			}
+		}
+		ro.Founders = append(ro.Founders, f)
+	}
+	return nil
+}
+
+// restorePodName names founder k's restore pod of restore id.
+func restorePodName(cluster, id string, k int32) string {
+	return fmt.Sprintf("%s-restore-%s-%d", cluster, id[:min(len(id), 6)], k)
+}
+
+// restorePodMessage is what a failed restore pod says: the first failed container's
+// termination message (restore-prepare's report), or its exit.
+func restorePodMessage(pod *corev1.Pod) string {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			msg := strings.TrimSpace(t.Message)
+			if msg == "" {
+				msg = t.Reason
+			}
+			return fmt.Sprintf("container %s exited with code %d: %s", cs.Name, t.ExitCode, msg)
+		}
+	}
+	return pod.Status.Message
+}
+
+// bootstrapSource resolves spec.bootstrap, or says why it cannot be restored.
+func (r *EtcdClusterReconciler) bootstrapSource(ctx context.Context, c *v1alpha1.EtcdCluster, b *v1alpha1.BootstrapSpec) (snapshotSource, string, error) {
+	_, target := versionTargets(c)
+	if o := b.FromObject; o != nil {
+		s := snapshotSource{Source: restore.Source{Location: "s3://" + o.S3.Bucket + "/" + o.Key, SHA256: o.SHA256, EtcdVersion: o.EtcdVersion},
+			s3: &o.S3, key: o.Key}
+		return s, versionPairProblem(o.EtcdVersion, target), nil
+	}
+	eb := &v1alpha1.EtcdBackup{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: b.FromBackup.Name}, eb)
+	if apierrors.IsNotFound(err) {
+		return snapshotSource{}, fmt.Sprintf("spec.bootstrap.fromBackup names EtcdBackup %s, which does not exist in namespace %s; "+
+			"create the cluster again naming an existing backup (kubectl get etcdbackups -n %s)", b.FromBackup.Name, c.Namespace, c.Namespace), nil
+	}
+	if err != nil {
+		return snapshotSource{}, "", fmt.Errorf("failed to get EtcdBackup %s: %w", b.FromBackup.Name, err)
+	}
+	if eb.Status.Phase != v1alpha1.BackupSucceeded {
+		return snapshotSource{}, fmt.Sprintf("EtcdBackup %s is %s, not Succeeded: only a verified backup is restored; the founding members wait",
+			eb.Name, orUnknown(string(eb.Status.Phase))), nil
+	}
+	s, problem, err := r.backupSource(ctx, c, eb)
+	if err != nil || problem != "" {
+		return s, problem, err
+	}
+	return s, versionPairProblem(eb.Status.EtcdVersion, target), nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not started"
+	}
+	return s
+}
+
+// versionPairProblem says why a snapshot of etcd version from cannot be restored into etcd
+// version to: etcd restores a snapshot into the same minor or the next one.
+func versionPairProblem(from, to string) string {
+	if from == "" {
+		return ""
+	}
+	f, ferr := versions.Parse(from)
+	t, terr := versions.Parse(to)
+	if ferr != nil || terr != nil {
+		return fmt.Sprintf("the snapshot's etcd version %q or the cluster's %q is not a release version", from, to)
+	}
+	if f.Major == t.Major && (t.Minor == f.Minor || t.Minor == f.Minor+1) {
+		return ""
+	}
+	return fmt.Sprintf("a snapshot of etcd %s cannot be restored into etcd %s: etcd supports restoring into the same minor version or the next one; "+
+		"restore into %s and upgrade step by step", from, to, f.MinorString())
+}
+
+// backupSource resolves where an EtcdBackup's snapshot is: its own destination, else its
+// cluster's, else this cluster's spec.backup destination.
+func (r *EtcdClusterReconciler) backupSource(ctx context.Context, c *v1alpha1.EtcdCluster, eb *v1alpha1.EtcdBackup) (snapshotSource, string, error) {
+	d := eb.Spec.Destination
+	if d == nil {
+		owner := &v1alpha1.EtcdCluster{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: eb.Namespace, Name: eb.Spec.ClusterName}, owner)
+		switch {
+		case err == nil && owner.Spec.Backup != nil:
+			d = &owner.Spec.Backup.Destination
+		case err != nil && !apierrors.IsNotFound(err):
+			return snapshotSource{}, "", fmt.Errorf("failed to get EtcdCluster %s: %w", eb.Spec.ClusterName, err)
+		}
+	}
+	if d == nil && c.Spec.Backup != nil {
+		d = &c.Spec.Backup.Destination
+	}
+	if d == nil {
+		return snapshotSource{}, fmt.Sprintf("EtcdBackup %s names no destination, and neither its cluster %s nor this one has spec.backup: "+
+			"the operator cannot tell where its snapshot is", eb.Name, eb.Spec.ClusterName), nil
+	}
+	s := snapshotSource{Source: restore.Source{Backup: eb.Name, Location: eb.Status.Location, SHA256: eb.Status.SHA256,
+		Revision: eb.Status.Revision, EtcdVersion: eb.Status.EtcdVersion}}
+	if t := eb.Status.CompletionTime; t != nil {
+		s.Time = t.Time
+	}
+	switch {
+	case d.S3 != nil:
+		s.s3 = d.S3
+		s.key = strings.Trim(s3Prefix(eb.Namespace, eb.Spec.ClusterName, d.S3), "/") + "/" + backupKey(eb.Name)
+	case d.PersistentVolumeClaim != nil:
+		s.claim, s.key = d.PersistentVolumeClaim.ClaimName, claimPath(eb.Spec.ClusterName, d.PersistentVolumeClaim, eb.Name)
+	}
+	if s.Location == "" {
+		s.Location = eb.Name
+	}
+	return s, "", nil
+}
+
+// latestBackup is the newest Succeeded EtcdBackup of c, resolved; nil when none.
+func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *v1alpha1.EtcdCluster) (*snapshotSource, error) {
+	list := &v1alpha1.EtcdBackupList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
+		return nil, fmt.Errorf("failed to list EtcdBackups: %w", err)
+	}
+	var ok []v1alpha1.EtcdBackup
+	for _, b := range list.Items {
+		if b.Spec.ClusterName == c.Name && b.Status.Phase == v1alpha1.BackupSucceeded && b.Status.CompletionTime != nil && b.Status.SHA256 != "" {
+			ok = append(ok, b)
+		}
+	}
+	sort.Slice(ok, func(i, j int) bool { return ok[i].Status.CompletionTime.After(ok[j].Status.CompletionTime.Time) })
+	for i := range ok {
+		s, problem, err := r.backupSource(ctx, c, &ok[i])
+		if err != nil {
+			return nil, err
+		}
+		if problem == "" {
+			return &s, nil
+		}
+	}
+	return nil, nil
+}
+
+// recordedSource resolves the source of a restore under way from status.restore.
+func (r *EtcdClusterReconciler) recordedSource(ctx context.Context, c *v1alpha1.EtcdCluster, rec *v1alpha1.RestoreStatus) (snapshotSource, error) {
+	if rec.Backup != "" {
+		eb := &v1alpha1.EtcdBackup{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: rec.Backup}, eb); err != nil {
+			return snapshotSource{}, fmt.Errorf("failed to get EtcdBackup %s of the restore under way: %w", rec.Backup, err)
+		}
+		s, problem, err := r.backupSource(ctx, c, eb)
+		if err == nil && problem != "" {
+			err = fmt.Errorf("the restore's backup %s: %s", rec.Backup, problem)
+		}
+		return s, err
+	}
+	if b := c.Spec.Bootstrap; b != nil && b.FromObject != nil {
+		s, _, err := r.bootstrapSource(ctx, c, b)
+		return s, err
+	}
+	return snapshotSource{}, fmt.Errorf("the restore under way names no backup and spec.bootstrap names no object")
+}
+
+// actRestore carries out one restore step.
+func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, ro restore.Observation, a restore.Action, srcs restoreSources, desired []*unstructured) error {
+	if a.Kind == plan.Wait {
+		return nil
+	}
+	log.FromContext(ctx).Info("restore step", "step", a.Kind, "member", a.Member, "reason", a.Reason, "message", a.Message)
+	var err error
+	switch a.Kind {
+	case restore.BeginRestore, restore.FinishRestore:
+		c.Status.Restore = a.Record
+	case plan.ScaleStatefulSet:
+		err = r.scaleStatefulSet(ctx, c, t, a.Replicas, ro.StsReplicas)
+	case restore.ResetMembership:
+		err = r.resetMembership(ctx, c, t)
+		if err == nil {
+			c.Status.Restore = a.Record
+		}
+	case restore.CreateClaim:
+		err = r.createClaim(ctx, c, a.Member, desired)
+	case restore.RunRestorePod:
+		err = r.runRestorePod(ctx, c, t, a.Member, srcs, desired)
+	case restore.DeleteRestorePod, restore.CleanUp:
+		k, _ := plan.Ordinal(t.statefulSet, a.Member)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restorePodName(c.Name, c.Status.Restore.ID, k)}}
+		err = client.IgnoreNotFound(r.Client.Delete(ctx, pod))
+		if err == nil && a.Record != nil {
+			c.Status.Restore = a.Record
+		}
+	default:
+		err = fmt.Errorf("unknown restore step %s", a.Kind)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
+	}
+	evType := corev1.EventTypeNormal
+	if a.Reason == v1alpha1.ReasonRecoveringFromBackup || a.Reason == v1alpha1.ReasonRestoreFailed ||
+		(a.Kind == restore.FinishRestore && c.Status.Restore.Cause == v1alpha1.RestoreCauseDisasterRecovery) {
+		evType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(c, nil, evType, a.Reason, string(a.Kind), "%s", a.Message)
+	if r.AfterStep != nil {
+		r.AfterStep(string(a.Kind))
+	}
+	return nil
+}
+
+// resetMembership drops the lost cluster's membership record, so the restored members form a
+// new cluster as founders: the member stamps on the claims (they name the lost members), the
+// intent of a change that can never finish, the membership ConfigMap (re-created with the
+// founding list and state "new"), and what status knew of the lost cluster.
+func (r *EtcdClusterReconciler) resetMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) error {
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := r.apiReader().List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
+		return fmt.Errorf("failed to list volume claims: %w", err)
+	}
+	for i := range claims.Items {
+		pvc := &claims.Items[i]
+		if _, ok := pvc.Annotations[MemberIDAnnotation]; !ok {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		delete(pvc.Annotations, MemberIDAnnotation)
+		if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+			return fmt.Errorf("failed to clear the member stamp of claim %s: %w", pvc.Name, err)
+		}
+	}
+	if _, ok := c.Annotations[IntentAnnotation]; ok {
+		if err := r.setIntent(ctx, c, nil); err != nil {
+			return err
+		}
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}}
+	if err := client.IgnoreNotFound(r.Client.Delete(ctx, cm)); err != nil {
+		return fmt.Errorf("failed to delete the membership ConfigMap: %w", err)
+	}
+	s := &c.Status
+	s.ClusterID, s.Members, s.Leader, s.LeaderID, s.LegacyLogIndex, s.Upgrade = "", nil, "", "", 0, nil
+	return nil
+}
+
+// claimTemplate is the rendered StatefulSet's data claim template, and the StatefulSet.
+func claimTemplate(desired []*unstructured) (*appsv1.StatefulSet, *corev1.PersistentVolumeClaim, error) {
+	for _, o := range desired {
+		if o.GetKind() != "StatefulSet" {
+			continue
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, sts); err != nil {
+			return nil, nil, fmt.Errorf("failed to read the rendered StatefulSet: %w", err)
+		}
+		for i := range sts.Spec.VolumeClaimTemplates {
+			if sts.Spec.VolumeClaimTemplates[i].Name == "data" {
+				return sts, &sts.Spec.VolumeClaimTemplates[i], nil
+			}
+		}
+		return sts, nil, fmt.Errorf("the rendered StatefulSet has no volume claim template named data")
+	}
+	return nil, nil, fmt.Errorf("the chart rendered no StatefulSet")
+}
+
+// createClaim creates member's data claim as the StatefulSet would: the template's name and
+// spec, its labels and the StatefulSet's selector labels. The StatefulSet adopts it by name.
+func (r *EtcdClusterReconciler) createClaim(ctx context.Context, c *v1alpha1.EtcdCluster, member string, desired []*unstructured) error {
+	sts, tmpl, err := claimTemplate(desired)
+	if err != nil {
+		return err
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "data-" + member, Labels: map[string]string{}, Annotations: tmpl.Annotations},
+		Spec:       tmpl.Spec,
+	}
+	for k, v := range tmpl.Labels {
+		pvc.Labels[k] = v
+	}
+	if sts.Spec.Selector != nil {
+		for k, v := range sts.Spec.Selector.MatchLabels {
+			pvc.Labels[k] = v
+		}
+	}
+	pvc.Labels[v1alpha1.LabelCluster] = c.Name
+	if err := r.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create claim %s: %w", pvc.Name, err)
+	}
+	return nil
+}
+
+// runRestorePod creates the restore pod of member: restore-prepare (the operator's image)
+// fetches and checks the snapshot and sets the volume's earlier data aside; etcdutl of the
+// cluster's etcd image restores it with the founding list and the restore's cluster token;
+// restore-finish checks the result and deletes the staging folder.
+func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, member string, srcs restoreSources, desired []*unstructured) error {
+	rec := c.Status.Restore
+	src, ok := srcs[rec.Location]
+	if !ok {
+		return fmt.Errorf("the restore's source %s is not resolved", rec.Location)
+	}
+	sts, _, err := claimTemplate(desired)
+	if err != nil {
+		return err
+	}
+	founders, err := r.founders(ctx, c, t)
+	if err != nil {
+		return err
+	}
+	k, _ := plan.Ordinal(t.statefulSet, member)
+	var etcdImage, token string
+	for _, ctr := range sts.Spec.Template.Spec.Containers {
+		if ctr.Name != "etcd" {
+			continue
+		}
+		etcdImage = ctr.Image
+		for _, a := range ctr.Args {
+			if v, ok := strings.CutPrefix(a, "--initial-cluster-token="); ok {
+				token = v
+			}
+		}
+	}
+	if etcdImage == "" || token == "" {
+		return fmt.Errorf("the rendered StatefulSet has no etcd container with --initial-cluster-token")
+	}
+	args := backup.PrepareArgs{ID: rec.ID, SHA256: rec.SHA256, Volume: restoreVolumeRoot}
+	var env []corev1.EnvVar
+	volumes := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + member}}}}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: restoreVolumeRoot}}
+	switch {
+	case src.s3 != nil:
+		args.S3Endpoint, args.S3Bucket, args.S3Key, args.S3Region = src.s3.Endpoint, src.s3.Bucket, src.key, src.s3.Region
+		sec := src.s3.CredentialsSecret.Name
+		env = []corev1.EnvVar{
+			secretEnv(backup.EnvS3AccessKeyID, sec, SecretKeyAccessKeyID, false),
+			secretEnv(backup.EnvS3SecretAccessKey, sec, SecretKeySecretAccessKey, false),
+			secretEnv(backup.EnvS3SessionToken, sec, SecretKeySessionToken, true),
+		}
+		if src.s3.CABundle != "" {
+			env = append(env, corev1.EnvVar{Name: backup.EnvS3CABundle, Value: src.s3.CABundle})
+		}
+	case src.claim != "":
+		args.File = backupMountPath + "/" + src.key
+		volumes = append(volumes, corev1.Volume{Name: "backup", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.claim, ReadOnly: true}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "backup", MountPath: backupMountPath, ReadOnly: true})
+	default:
+		return fmt.Errorf("the restore's source %s has neither an S3 object nor a claim", rec.Location)
+	}
+	restricted := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	tpl := sts.Spec.Template.Spec
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: c.Namespace, Name: restorePodName(c.Name, rec.ID, k),
+			Labels: map[string]string{
+				v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue,
+				"app.kubernetes.io/component": "restore", LabelRestore: rec.ID,
+			},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext:              tpl.SecurityContext,
+			NodeSelector:                 tpl.NodeSelector,
+			Tolerations:                  tpl.Tolerations,
+			ImagePullSecrets:             tpl.ImagePullSecrets,
+			InitContainers: []corev1.Container{
+				{
+					Name: "prepare", Image: r.AgentImage, Command: []string{"/usr/local/bin/etcd-pilot"},
+					Args: append([]string{"restore-prepare"}, args.Flags()...), Env: env,
+					VolumeMounts: mounts, SecurityContext: restricted,
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				},
+				{
+					Name: "restore", Image: etcdImage, Command: []string{"/usr/local/bin/etcdutl"},
+					Args: []string{"snapshot", "restore", restoreVolumeRoot + "/restore-" + rec.ID + "/" + backup.SnapshotFileName,
+						"--data-dir=" + restoreVolumeRoot + "/" + backup.DataDirName,
+						"--name=" + member,
+						"--initial-cluster=" + strings.Join(founders, ","),
+						"--initial-cluster-token=" + restore.Token(token, rec.ID),
+						"--initial-advertise-peer-urls=" + t.peerURL(member)},
+					VolumeMounts: mounts[:1], SecurityContext: restricted,
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				},
+			},
+			Containers: []corev1.Container{{
+				Name: "finish", Image: r.AgentImage, Command: []string{"/usr/local/bin/etcd-pilot"},
+				Args:         []string{"restore-finish", "--id=" + rec.ID, "--volume=" + restoreVolumeRoot},
+				VolumeMounts: mounts[:1], SecurityContext: restricted,
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Volumes: volumes,
+		},
+	}
+	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create restore pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// LabelRestore on a restore pod holds the restore's ID.
+const LabelRestore = "etcdpilot.io/restore"
+
+func secretEnv(name, secret, key string, optional bool) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key, Optional: ptr.To(optional)}}}
+}

@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/minio"
+)
+
+// oneShotBackup creates an EtcdBackup of cluster "etcd" in ns and waits until it succeeded.
+func oneShotBackup(t testing.TB, ns, name string) v1alpha1.EtcdBackup {
+	t.Helper()
+	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.EtcdBackupSpec{ClusterName: "etcd"}}
+	if err := k8s.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "backup "+name+" succeeded", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		switch b.Status.Phase {
+		case v1alpha1.BackupSucceeded:
+			return nil
+		case v1alpha1.BackupFailed:
+			t.Fatalf("backup failed: %+v", b.Status.Conditions)
+		}
+		return fmt.Errorf("phase %q", b.Status.Phase)
+	})
+	return *b
+}
+
+// keysAt reads every key (and its value) of cli at revision rev (0: the newest), with the
+// revision of the answer.
+func keysAt(t testing.TB, cli *clientv3.Client, rev int64) (map[string]string, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithFromKey()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := cli.Get(ctx, "\x00", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out, resp.Header.Revision
+}
+
+// sameKeys fails unless got and want hold the same keys and values.
+func sameKeys(t testing.TB, got, want map[string]string) {
+	t.Helper()
+	var diff []string
+	for k, v := range want {
+		if got[k] != v {
+			diff = append(diff, fmt.Sprintf("%s: %q, want %q", k, got[k], v))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			diff = append(diff, k+": not in the snapshot")
+		}
+	}
+	if len(diff) > 0 {
+		t.Fatalf("%d keys differ from the snapshot's (of %d), first: %v", len(diff), len(want), diff[:min(5, len(diff))])
+	}
+}
+
+func clusterID(t testing.TB, cli *clientv3.Client) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.ClusterId
+}
+
+// A backup taken under write load, restored into a new 3-member cluster (spec.bootstrap from
+// the S3 object): the new cluster has every key of the snapshot with its value and the
+// snapshot's revision, and a cluster ID of its own.
+func TestRestoreIntoANewCluster(t *testing.T) {
+	srv := minio.Start(t)
+	src := namespace(t)
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: src},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, src, srv, "@yearly", 3)}}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, src, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	w := startWriter(t, src, 3)
+	time.Sleep(time.Second) // some writes before the snapshot, not a wait for a condition
+	b := oneShotBackup(t, src, "to-restore")
+	w.finish(t, src, 3)
+	srcCli := etcdClient(t, src, 3)
+	defer srcCli.Close()
+	want, _ := keysAt(t, srcCli, b.Status.Revision)
+	if len(want) < 10 {
+		t.Fatalf("only %d keys at the backup's revision %d", len(want), b.Status.Revision)
+	}
+
+	dst := namespace(t) + "-b"
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst}})
+	})
+	logPodsOnFailure(t, dst)
+	bs := s3Backups(t, dst, srv, "@yearly", 3)
+	key := strings.TrimPrefix(b.Status.Location, "s3://"+srv.Bucket+"/")
+	start := time.Now()
+	r := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: dst},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Bootstrap: &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{
+			S3: *bs.Destination.S3, Key: key, EtcdVersion: b.Status.EtcdVersion, SHA256: b.Status.SHA256}}}}
+	if err := k8s.Create(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, dst, v1alpha1.ConditionAvailable, metav1.ConditionTrue, 3*time.Minute)
+	t.Logf("restored 3 members from %s (%d keys, revision %d) to Available in %s", key, len(want), b.Status.Revision, time.Since(start).Round(100*time.Millisecond))
+	v := waitVoters(t, dst, 3, time.Minute)
+	dstCli := etcdClient(t, dst, 3)
+	defer dstCli.Close()
+	got, rev := keysAt(t, dstCli, 0)
+	sameKeys(t, got, want)
+	if rev != b.Status.Revision {
+		t.Fatalf("the restored cluster is at revision %d, the snapshot at %d", rev, b.Status.Revision)
+	}
+	if a, b := clusterID(t, srcCli), clusterID(t, dstCli); a == b {
+		t.Fatalf("the restored cluster has the source's cluster ID %x", a)
+	}
+	st := getCluster(t, dst).Status.Restore
+	if st == nil || st.Phase != v1alpha1.RestoreRestored || st.Cause != v1alpha1.RestoreCauseBootstrap || st.SHA256 != b.Status.SHA256 {
+		t.Fatalf("status.restore %+v", st)
+	}
+	eventually(t, time.Minute, "the restore pods are deleted", func() error {
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(dst), client.MatchingLabels{"app.kubernetes.io/component": "restore"}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d restore pods remain", len(pods.Items))
+		}
+		return nil
+	})
+	t.Logf("voters %d, leader %s", v.voters, v.leader)
+}
+
+// Two of three members lose their volumes: quorum cannot come back. Under Manual the operator
+// changes nothing and says what to run; switched to FromLatestBackup it re-forms the cluster
+// from the newest backup: every key of that backup at its revision, a new cluster ID, three
+// healthy voters, the survivor's data set aside, and the restored revision reported.
+func TestQuorumLossWithTwoVolumesDeletedIsRecoveredFromTheLatestBackup(t *testing.T) {
+	srv := minio.Start(t)
+	ns := namespace(t)
+	logPodsOnFailure(t, ns)
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@yearly", 3),
+			DisasterRecovery: v1alpha1.DisasterRecoverySpec{After: &metav1.Duration{Duration: 5 * time.Second}}}}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	w := startWriter(t, ns, 3)
+	time.Sleep(time.Second) // some writes before the snapshot, not a wait for a condition
+	b := oneShotBackup(t, ns, "before-disaster")
+	time.Sleep(time.Second) // writes after the backup: they are lost by the recovery
+	w.finish(t, ns, 3)
+	cli := etcdClient(t, ns, 3)
+	want, _ := keysAt(t, cli, b.Status.Revision)
+	_, lastRev := keysAt(t, cli, 0)
+	oldID := clusterID(t, cli)
+	cli.Close()
+	if lastRev <= b.Status.Revision {
+		t.Fatalf("no write after the backup (revision %d, last %d)", b.Status.Revision, lastRev)
+	}
+
+	for _, m := range []string{"etcd-1", "etcd-2"} {
+		for _, obj := range []client.Object{
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-" + m}},
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m}},
+		} {
+			if err := k8s.Delete(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var msg string
+	eventually(t, 2*time.Minute, "Manual: the operator says disaster recovery is required", func() error {
+		got := getCluster(t, ns)
+		d := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionDegraded)
+		if d == nil || d.Reason != v1alpha1.ReasonDisasterRecoveryRequired {
+			return fmt.Errorf("Degraded %+v", d)
+		}
+		msg = d.Message
+		return nil
+	})
+	for _, want := range []string{"etcd-1", "etcd-2", "before-disaster", fmt.Sprintf("revision %d", b.Status.Revision),
+		"kubectl -n " + ns + " patch etcdcluster etcd", "FromLatestBackup"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the DisasterRecoveryRequired message lacks %q: %s", want, msg)
+		}
+	}
+	// Manual changes nothing: the survivor keeps running on its data, nothing is restored.
+	holdFor(t, 5*time.Second, func() error {
+		got := getCluster(t, ns)
+		if got.Status.Restore != nil {
+			return fmt.Errorf("Manual started a restore: %+v", got.Status.Restore)
+		}
+		p := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd-0"}, p); err != nil {
+			return err
+		}
+		if p.DeletionTimestamp != nil {
+			return fmt.Errorf("Manual deletes the survivor's pod")
+		}
+		return nil
+	})
+
+	start := time.Now()
+	got := getCluster(t, ns)
+	got.Spec.DisasterRecovery.Policy = v1alpha1.DisasterRecoveryFromLatestBackup
+	if err := k8s.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 4*time.Minute, "the cluster is re-formed from the backup", func() error {
+		got := getCluster(t, ns)
+		if r := got.Status.Restore; r == nil || r.Phase != v1alpha1.RestoreRestored {
+			return fmt.Errorf("status.restore %+v", got.Status.Restore)
+		}
+		if a := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Available %+v", a)
+		}
+		return nil
+	})
+	t.Logf("re-formed from %s (revision %d, %d writes after it lost) in %s", b.Name, b.Status.Revision, lastRev-b.Status.Revision, time.Since(start).Round(100*time.Millisecond))
+	waitVoters(t, ns, 3, 2*time.Minute)
+	cli = etcdClient(t, ns, 3)
+	defer cli.Close()
+	now, rev := keysAt(t, cli, 0)
+	sameKeys(t, now, want)
+	if rev != b.Status.Revision {
+		t.Fatalf("the re-formed cluster is at revision %d, the backup at %d", rev, b.Status.Revision)
+	}
+	if id := clusterID(t, cli); id == oldID {
+		t.Fatalf("the re-formed cluster kept the lost cluster's ID %x", id)
+	}
+	r := getCluster(t, ns).Status.Restore
+	if r.Cause != v1alpha1.RestoreCauseDisasterRecovery || r.Backup != b.Name || r.Revision != b.Status.Revision || !strings.Contains(r.Message, "writes after that backup are lost") {
+		t.Fatalf("status.restore %+v", r)
+	}
+	events := &corev1.EventList{}
+	if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range events.Items {
+		found = found || (e.Reason == v1alpha1.ReasonRestored && strings.Contains(e.Message, fmt.Sprintf("revision %d", b.Status.Revision)))
+	}
+	if !found {
+		t.Errorf("no Restored event names revision %d", b.Status.Revision)
+	}
+}
+
+// logPodsOnFailure logs every pod of ns, with its containers' states, when the test failed.
+func logPodsOnFailure(t testing.TB, ns string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+			t.Log(err)
+			return
+		}
+		for _, p := range pods.Items {
+			t.Logf("pod %s: %s %s", p.Name, p.Status.Phase, p.Status.Message)
+			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				t.Logf("  %s: restarts %d, waiting %+v, running %v, terminated %+v, last %+v", cs.Name, cs.RestartCount, cs.State.Waiting,
+					cs.State.Running != nil, cs.State.Terminated, cs.LastTerminationState.Terminated)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "logs", "operator.log")); err == nil {
+			var lines []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, ns) {
+					lines = append(lines, line)
+				}
+			}
+			for _, line := range lines[max(0, len(lines)-12):] {
+				t.Log(line)
+			}
+		}
+		c := getCluster(t, ns)
+		t.Logf("status.restore %+v", c.Status.Restore)
+		for _, cond := range c.Status.Conditions {
+			t.Logf("condition %s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+	})
+}
