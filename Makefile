@@ -21,7 +21,7 @@ help: ## Show this help.
 ##@ Main
 
 .PHONY: demo
-demo: build ## Run the main job: local Kubernetes, the operator, a 3-member etcd cluster serving, upgraded to 3.7.3 (KEEP=1 keeps it).
+demo: build ## Run the main job: local Kubernetes, the operator, a 3-member etcd cluster serving, upgraded to 3.7.3, backed up and restored into a new cluster (KEEP=1 keeps it).
 	hack/demo.sh
 
 .PHONY: test

@@ -2,8 +2,9 @@
 # The main job, on one machine: start the local Kubernetes (pods run as local processes),
 # run the operator, create the sample 3-member EtcdCluster, wait until it is Available,
 # write and read a key through the cluster, upgrade it to etcd 3.7.3 (followers first, the
-# leader last after a hand-over) and read the key again, print the members and how long each
-# step took, then shut everything down. KEEP=1 keeps the cluster running (stop it with
+# leader last after a hand-over) and read the key again, back it up onto a claim and restore
+# that backup into a new cluster, print the members and how long each step took, then shut
+# everything down. KEEP=1 keeps the cluster running (stop it with
 # `bin/etcd-pilot-local down`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -76,8 +77,44 @@ value=$(x etcdctl --endpoints "$eps" get /demo/greeting --print-value-only)
 [ "$value" = "hello from etcd-pilot" ] || { echo "read back '$value' after the upgrade"; exit 1; }
 step "upgrade to etcd 3.7.3, read /demo/greeting again"
 
+# A backup onto a claim, restored into a new cluster (spec.bootstrap): the key is there too.
+cat >"$dir/restore-demo.yaml" <<EOF
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: demo-backups, namespace: $ns}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: etcdpilot.io/v1alpha1
+kind: EtcdBackup
+metadata: {name: $name-by-hand, namespace: $ns}
+spec:
+  clusterName: $name
+  destination: {persistentVolumeClaim: {claimName: demo-backups}}
+EOF
+x kubectl apply -f "$dir/restore-demo.yaml" >/dev/null
+x kubectl wait --for=jsonpath='{.status.phase}'=Succeeded --timeout=120s "etcdbackup/$name-by-hand" -n "$ns" >/dev/null
+backup_rev=$(x kubectl get etcdbackup "$name-by-hand" -n "$ns" -o jsonpath='{.status.revision}')
+cat >"$dir/restored.yaml" <<EOF
+apiVersion: etcdpilot.io/v1alpha1
+kind: EtcdCluster
+metadata: {name: $name-restored, namespace: $ns}
+spec:
+  replicas: 3
+  version: "3.7.3"
+  bootstrap: {fromBackup: {name: $name-by-hand}}
+EOF
+x kubectl apply -f "$dir/restored.yaml" >/dev/null
+x kubectl wait --for=condition=Available --timeout=180s "etcdcluster/$name-restored" -n "$ns" >/dev/null
+reps=$(x kubectl get etcdcluster "$name-restored" -n "$ns" -o jsonpath='{range .status.members[*]}{.clientURL}{","}{end}')
+reps=${reps%,}
+restored=$(x etcdctl --endpoints "$reps" get /demo/greeting --print-value-only)
+[ "$restored" = "hello from etcd-pilot" ] || { echo "read back '$restored' from the restored cluster"; exit 1; }
+step "back up onto a claim, restore into $name-restored, read it"
+
 echo
-x kubectl get etcdcluster "$name" -n "$ns"
+x kubectl get etcdcluster -n "$ns"
 echo
 {
   echo "MEMBER ID LEADER VERSION HEALTHY DB-BYTES"
@@ -85,5 +122,6 @@ echo
 } | column -t
 echo "read /demo/greeting after the upgrade: $value"
 echo "leader changes during the upgrade: $(( ${changes_after:-0} - ${changes_before:-0} )) (the hand-over before the old leader restarted)"
+echo "restored $name-restored from backup $name-by-hand (revision $backup_rev): /demo/greeting reads '$restored'"
 echo
 printf '%s\n' "${steps[@]}"
