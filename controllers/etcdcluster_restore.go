@@ -116,9 +116,10 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 		if err != nil {
 			return ro, srcs, err
 		}
-		ro.BootstrapProblem = problem
+		// Bootstrap is set whenever spec.bootstrap is, also with a problem: the planner
+		// reports BootstrapProblem only for a bootstrap it sees.
+		ro.Bootstrap, ro.BootstrapProblem = &s.Source, problem
 		if problem == "" {
-			ro.Bootstrap = &s.Source
 			srcs[s.Location] = s
 		}
 	}
