@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -270,7 +272,8 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 				return fmt.Errorf("failed to get restore pod: %w", err)
 			}
 			if err == nil {
-				f.Pod = restore.PodState{Exists: true, Deleting: pod.DeletionTimestamp != nil, Phase: string(pod.Status.Phase), Message: restorePodMessage(pod)}
+				f.Pod = restore.PodState{Exists: true, Deleting: pod.DeletionTimestamp != nil, Phase: string(pod.Status.Phase),
+					Message: restorePodMessage(pod), Revision: restoredRevision(pod)}
 			}
 		}
 		ro.Founders = append(ro.Founders, f)
@@ -296,6 +299,21 @@ func restorePodMessage(pod *corev1.Pod) string {
 		}
 	}
 	return pod.Status.Message
+}
+
+// restoredRevision is the snapshot revision a restore pod's prepare container reported, 0
+// when it reported none.
+func restoredRevision(pod *corev1.Pod) int64 {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name != "prepare" || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			continue
+		}
+		var p backup.Prepared
+		if json.Unmarshal([]byte(strings.TrimSpace(cs.State.Terminated.Message)), &p) == nil {
+			return p.Revision
+		}
+	}
+	return 0
 }
 
 // bootstrapSource resolves spec.bootstrap, or says why it cannot be restored.
@@ -441,6 +459,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		return nil
 	}
 	log.FromContext(ctx).Info("restore step", "step", a.Kind, "member", a.Member, "reason", a.Reason, "message", a.Message)
+	before := c.DeepCopy()
 	var err error
 	switch a.Kind {
 	case restore.BeginRestore, restore.FinishRestore:
@@ -465,6 +484,17 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		}
 	default:
 		err = fmt.Errorf("unknown restore step %s", a.Kind)
+	}
+	if err == nil && !equality.Semantic.DeepEqual(before.Status, c.Status) {
+		// The restore's record is written now, not with the pass's status: the next step is
+		// decided from it, so it must be stored before anything else happens (a crash right
+		// after this step then finds it). The optimistic lock keeps a stale pass from
+		// overwriting a newer record.
+		// The base is the object as it is now (a step may have patched its metadata, such as
+		// the intent) with the status it had before the step.
+		base := c.DeepCopy()
+		base.Status = *before.Status.DeepCopy()
+		err = r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
 	if err != nil {
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
