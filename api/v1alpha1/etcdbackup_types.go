@@ -180,7 +180,10 @@ type EtcdBackupStatus struct {
 	// +optional
 	SHA256 string `json:"sha256,omitempty"`
 
-	// Revision is etcd's revision at the snapshot.
+	// Revision is the member's etcd revision when the snapshot was requested: the snapshot
+	// holds every write up to it, and may hold a few more that committed before the member
+	// began the snapshot (a restore reads the exact revision from the snapshot itself, in the
+	// cluster's status.restore.revision).
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 

@@ -111,7 +111,8 @@ type RestoreStatus struct {
 	// SHA256 is the snapshot's expected sha256, when known.
 	// +optional
 	SHA256 string `json:"sha256,omitempty"`
-	// Revision is the etcd revision of the snapshot, when known (the backup recorded it).
+	// Revision is the etcd revision of the snapshot: the backup's recorded revision while the
+	// restore runs, then the exact revision the restore pods read from the snapshot.
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 	// SnapshotTime is when the snapshot was taken, when known.

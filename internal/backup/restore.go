@@ -2,11 +2,15 @@ package backup
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Layout of a member's volume during a restore, under the volume's root (the chart mounts it
@@ -39,6 +43,8 @@ type Prepared struct {
 	SHA256 string
 	// SetAside is the folder the volume's earlier data was moved to, empty when it held none.
 	SetAside string `json:",omitempty"`
+	// Revision is the snapshot's etcd revision, read from it (SnapshotRevision).
+	Revision int64 `json:",omitempty"`
 }
 
 // Prepare readies the volume at root for restore id (etcdutl snapshot restore into
@@ -104,6 +110,10 @@ func Prepare(ctx context.Context, root, id string, src io.Reader, wantSHA256 str
 	if wantSHA256 != "" && res.SHA256 != wantSHA256 {
 		os.Remove(p.Snapshot)
 		return p, fmt.Errorf("%w: the object's sha256 is %s, the backup recorded %s", ErrIntegrity, res.SHA256, wantSHA256)
+	}
+	if p.Revision, err = SnapshotRevision(p.Snapshot); err != nil {
+		os.Remove(p.Snapshot)
+		return p, err
 	}
 	return p, nil
 }
@@ -174,4 +184,32 @@ func (a PrepareArgs) Flags() []string {
 	add("s3-key", a.S3Key)
 	add("s3-region", a.S3Region)
 	return out
+}
+
+// SnapshotRevision reads the etcd revision of the snapshot file at path: the highest revision
+// in its key bucket (etcd keys that bucket by revision, main revision first, big-endian). It
+// is exact, unlike the revision a member reported when the snapshot was requested (writes may
+// commit in between). 0 when the snapshot holds no revision.
+func SnapshotRevision(path string) (int64, error) {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		return 0, fmt.Errorf("failed to open the snapshot's database: %w", err)
+	}
+	defer db.Close()
+	var rev int64
+	err = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("key"))
+		if b == nil {
+			return nil
+		}
+		k, _ := b.Cursor().Last()
+		if len(k) >= 8 {
+			rev = int64(binary.BigEndian.Uint64(k[:8]))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the snapshot's revision: %w", err)
+	}
+	return rev, nil
 }

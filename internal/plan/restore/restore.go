@@ -73,6 +73,8 @@ type PodState struct {
 	Phase string
 	// Message is the restore pod's report (its termination message), or why it failed.
 	Message string
+	// Revision is the snapshot's revision the restore pod read from it, 0 when unknown.
+	Revision int64
 }
 
 // Founder is one founding member of the restore.
@@ -341,9 +343,14 @@ func (o Observation) continueRestore() Action {
 	}
 	next := *r
 	next.Phase, next.CompletionTime = v1alpha1.RestoreRestored, metaTime(o.Now)
+	// The revision read from the snapshot itself is exact; a backup records the revision of
+	// the member when the snapshot was requested, which may be lower.
+	for _, f := range o.Founders {
+		next.Revision = max(next.Revision, f.Pod.Revision)
+	}
 	next.Message = fmt.Sprintf("every founding member's data was restored from %s", r.Location)
-	if r.Revision > 0 {
-		next.Message += fmt.Sprintf(" (revision %d)", r.Revision)
+	if next.Revision > 0 {
+		next.Message += fmt.Sprintf(" (revision %d)", next.Revision)
 	}
 	if r.Cause == v1alpha1.RestoreCauseDisasterRecovery {
 		next.Message += "; writes after that backup are lost"
