@@ -144,7 +144,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.ConfigMap{}).
-		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(clusterOfBackup)).
+		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabel)).
 		Complete(r)
 }
@@ -383,12 +383,26 @@ func clusterOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
-// clusterOfBackup maps an EtcdBackup to its cluster, so a finished backup shows in the
-// cluster's status (and a waiting upgrade goes on) at once.
-func clusterOfBackup(_ context.Context, o client.Object) []reconcile.Request {
+// clustersOfBackup maps an EtcdBackup to its cluster, so a finished backup shows in the
+// cluster's status (and a waiting upgrade goes on) at once, and to the clusters in its
+// namespace whose spec.bootstrap restores it, so their founders stop waiting for it at once.
+func (r *EtcdClusterReconciler) clustersOfBackup(ctx context.Context, o client.Object) []reconcile.Request {
 	b, ok := o.(*v1alpha1.EtcdBackup)
-	if !ok || b.Spec.ClusterName == "" {
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.ClusterName}}}
+	var out []reconcile.Request
+	if b.Spec.ClusterName != "" {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.ClusterName}})
+	}
+	list := &v1alpha1.EtcdClusterList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace)); err != nil {
+		return out
+	}
+	for _, c := range list.Items {
+		if bs := c.Spec.Bootstrap; bs != nil && bs.FromBackup != nil && bs.FromBackup.Name == b.Name && c.Status.ClusterID == "" && c.Name != b.Spec.ClusterName {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+		}
+	}
+	return out
 }

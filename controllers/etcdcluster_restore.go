@@ -121,6 +121,9 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 		// Bootstrap is set whenever spec.bootstrap is, also with a problem: the planner
 		// reports BootstrapProblem only for a bootstrap it sees.
 		ro.Bootstrap, ro.BootstrapProblem = &s.Source, problem
+		if w, ok := strings.CutPrefix(problem, waitingPrefix); ok {
+			ro.BootstrapProblem, ro.BootstrapWaiting = "", w
+		}
 		if problem == "" {
 			srcs[s.Location] = s
 		}
@@ -301,6 +304,10 @@ func restorePodMessage(pod *corev1.Pod) string {
 	return pod.Status.Message
 }
 
+// waitingPrefix marks a bootstrap source that is not ready yet (a backup still running), as
+// opposed to one that cannot be restored.
+const waitingPrefix = "waiting: "
+
 // restoredRevision is the snapshot revision a restore pod's prepare container reported, 0
 // when it reported none.
 func restoredRevision(pod *corev1.Pod) int64 {
@@ -333,8 +340,13 @@ func (r *EtcdClusterReconciler) bootstrapSource(ctx context.Context, c *v1alpha1
 	if err != nil {
 		return snapshotSource{}, "", fmt.Errorf("failed to get EtcdBackup %s: %w", b.FromBackup.Name, err)
 	}
+	if eb.Status.Phase == v1alpha1.BackupFailed {
+		return snapshotSource{}, fmt.Sprintf("EtcdBackup %s failed, so there is nothing to restore: create the cluster again naming a Succeeded backup",
+			eb.Name), nil
+	}
 	if eb.Status.Phase != v1alpha1.BackupSucceeded {
-		return snapshotSource{}, fmt.Sprintf("EtcdBackup %s is %s, not Succeeded: only a verified backup is restored; the founding members wait",
+		// Not a problem yet: the backup may still succeed.
+		return snapshotSource{}, waitingPrefix + fmt.Sprintf("EtcdBackup %s is %s, not Succeeded yet: only a verified backup is restored; the founding members wait for it",
 			eb.Name, orUnknown(string(eb.Status.Phase))), nil
 	}
 	s, problem, err := r.backupSource(ctx, c, eb)

@@ -153,14 +153,19 @@ func testRestoreUnsupportedVersionPair(t *testing.T, h *restoreHarness) {
 }
 
 // testRestoreBackupNotSucceeded: a backup still Running is not restored; the founders wait
-// (reported as Degraded RestoreFailed, whose message says they wait) and start restoring once
-// it succeeded.
+// (Progressing Restoring, not degraded) and start restoring once it succeeded.
 func testRestoreBackupNotSucceeded(t *testing.T, h *restoreHarness) {
 	h.createBackup(t, v1alpha1.EtcdBackupStatus{Phase: v1alpha1.BackupRunning})
 	h.createCluster(t, "")
 	h.passes(t, 5)
 	c := h.cluster(t)
-	h.wantDegraded(t, c, v1alpha1.ReasonRestoreFailed, "EtcdBackup "+restoreBackup+" is Running, not Succeeded", "the founding members wait")
+	if d := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded); d == nil || d.Status != metav1.ConditionFalse {
+		t.Fatalf("a backup still running degrades the cluster: %+v", d)
+	}
+	if p := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != v1alpha1.ReasonRestoring ||
+		!strings.Contains(p.Message, "EtcdBackup "+restoreBackup+" is Running, not Succeeded yet") || !strings.Contains(p.Message, "the founding members wait") {
+		t.Fatalf("Progressing %+v, want Restoring saying the founders wait for the backup", p)
+	}
 	if c.Status.Restore != nil {
 		t.Fatalf("status.restore recorded for a backup that has not succeeded: %+v", c.Status.Restore)
 	}

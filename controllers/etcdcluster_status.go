@@ -317,6 +317,9 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Reason, c.Message = specErrReason(o.specErr), "waiting for a valid spec"
 	case o.membership != nil && o.membership.Reason == v1alpha1.ReasonUpgradeStalled:
 		c.Reason, c.Message = o.membership.Reason, o.membership.Message
+	case o.sts == nil && o.membership != nil && (o.membership.Reason == v1alpha1.ReasonRestoring || o.membership.Reason == v1alpha1.ReasonRestored):
+		// A bootstrap restore holds the StatefulSet back: say what it does.
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
 	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != v1alpha1.ReasonBootstrapping):

@@ -105,6 +105,9 @@ type Observation struct {
 	// does not support), empty when it can.
 	Bootstrap        *Source
 	BootstrapProblem string
+	// BootstrapWaiting says why spec.bootstrap's snapshot is not ready yet (a backup still
+	// running): the founders wait, and nothing is wrong.
+	BootstrapWaiting string
 	// Policy and After are spec.disasterRecovery.
 	Policy v1alpha1.DisasterRecoveryPolicy
 	After  time.Duration
@@ -192,6 +195,9 @@ func Decide(o Observation) Action {
 	if o.Bootstrap != nil && !o.Formed && r == nil {
 		if o.BootstrapProblem != "" {
 			return wait(v1alpha1.ReasonRestoreFailed, o.BootstrapProblem)
+		}
+		if o.BootstrapWaiting != "" {
+			return wait(v1alpha1.ReasonRestoring, o.BootstrapWaiting)
 		}
 		return o.begin(v1alpha1.RestoreCauseBootstrap, *o.Bootstrap, v1alpha1.RestoreRestoring,
 			fmt.Sprintf("restoring the %d founding members from %s before etcd first starts", len(o.Founders), describe(*o.Bootstrap)))
