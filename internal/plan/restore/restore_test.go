@@ -158,6 +158,12 @@ func TestDecide(t *testing.T) {
 			o.BootstrapProblem = "EtcdBackup nightly is not Succeeded (Failed)"
 			return o
 		}(), kind: plan.Wait, reason: v1alpha1.ReasonRestoreFailed, msgs: []string{"EtcdBackup nightly is not Succeeded (Failed)"}},
+		{name: "bootstrap from a backup still running: Wait Restoring (nothing is wrong)", o: func() Observation {
+			o := base()
+			o.Formed, o.Bootstrap = false, &bootSrc
+			o.BootstrapWaiting = "EtcdBackup nightly is Running, not Succeeded yet"
+			return o
+		}(), kind: plan.Wait, reason: v1alpha1.ReasonRestoring, msgs: []string{"nightly is Running"}},
 		{name: "bootstrap on a formed cluster: None (spec.bootstrap acts only before the first start)", o: func() Observation {
 			o := base()
 			o.Bootstrap = &bootSrc
