@@ -284,8 +284,14 @@ func foundingList(t topology, n int32) []string {
 // founders reads the founding list recorded on the membership ConfigMap; without one, it is
 // the list spec.replicas gives now (the first render's, recorded by ensureMembershipConfig).
 func (r *EtcdClusterReconciler) founders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) ([]string, error) {
+	return r.foundersFrom(ctx, r.Client, c, t)
+}
+
+// foundersFrom is founders read through reader (the API server, where a restore must not act
+// on a list the cache has not caught up with).
+func (r *EtcdClusterReconciler) foundersFrom(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster, t topology) ([]string, error) {
 	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}, cm)
+	err := reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}, cm)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("failed to get the membership ConfigMap of %s/%s: %w", c.Namespace, c.Name, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -25,7 +26,6 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
-	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -134,11 +134,19 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 		lost = o.etcd == nil || !serving(*o.etcd)
 	}
 	ro.QuorumLost = lost
-	ro.QuorumLostSince = r.quorumLoss.observe(c.UID, lost, o.now)
-	if lost || restore.Active(c.Status.Restore) {
+	ro.Ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
+	stopping := c.Status.Restore != nil && c.Status.Restore.Phase == v1alpha1.RestoreStopping
+	if lost || stopping {
 		if err := r.dataHolders(ctx, c, t, o, &ro); err != nil {
 			return ro, srcs, err
 		}
+	}
+	// The wait before a disaster recovery counts from when a majority's data is known to be
+	// gone, not from when quorum was lost (members may have been down for long, with their
+	// data, before their claims went).
+	hopeless := lost && ro.Voters > 0 && int32(len(ro.DataKept)) < plan.Quorum(ro.Voters)
+	ro.QuorumLostSince = r.quorumLoss.observe(c.UID, hopeless, o.now)
+	if lost || restore.Active(c.Status.Restore) {
 		latest, err := r.latestBackup(ctx, c)
 		if err != nil {
 			return ro, srcs, err
@@ -151,11 +159,15 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 	if rec := c.Status.Restore; rec != nil && restore.Active(rec) {
 		if _, ok := srcs[rec.Location]; !ok {
 			// The source of a restore under way, resolved again from what it recorded.
-			s, err := r.recordedSource(ctx, c, rec)
+			s, problem, err := r.recordedSource(ctx, c, rec)
 			if err != nil {
 				return ro, srcs, err
 			}
-			srcs[rec.Location] = s
+			if problem != "" {
+				ro.SourceProblem = problem
+			} else {
+				srcs[rec.Location] = s
+			}
 		}
 		ro.SequentialPods = srcs[rec.Location].claim != ""
 	}
@@ -192,9 +204,6 @@ func (r *EtcdClusterReconciler) dataHolders(ctx context.Context, c *v1alpha1.Etc
 	voters := ro.StsReplicas
 	if raw := c.Annotations[IntentAnnotation]; strings.Contains(raw, `"op":"add"`) && voters > 0 {
 		voters-- // the learner being added does not vote
-	}
-	if ro.Record != nil && restore.Active(ro.Record) {
-		return nil
 	}
 	ro.Voters = voters
 	ephemeral := c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
@@ -237,7 +246,7 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 	if rec == nil && !wanted {
 		return nil
 	}
-	founders, err := r.founders(ctx, c, t)
+	founders, err := r.foundersFrom(ctx, r.apiReader(), c, t)
 	if err != nil {
 		return err
 	}
@@ -268,6 +277,7 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 			return fmt.Errorf("failed to get volume claim data-%s: %w", name, err)
 		}
 		f.ClaimExists = err == nil
+		f.ClaimStamped = f.ClaimExists && pvc.Annotations[MemberIDAnnotation] != ""
 		if id != "" {
 			pod := &corev1.Pod{}
 			err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: restorePodName(c.Name, id, k)}, pod)
@@ -410,7 +420,13 @@ func (r *EtcdClusterReconciler) backupSource(ctx context.Context, c *v1alpha1.Et
 	switch {
 	case d.S3 != nil:
 		s.s3 = d.S3
-		s.key = strings.Trim(s3Prefix(eb.Namespace, eb.Spec.ClusterName, d.S3), "/") + "/" + backupKey(eb.Name)
+		// The key the backup recorded, when it names this bucket: the destination's prefix may
+		// have changed since.
+		if k, ok := strings.CutPrefix(eb.Status.Location, "s3://"+d.S3.Bucket+"/"); ok && k != "" {
+			s.key = k
+		} else {
+			s.key = strings.Trim(s3Prefix(eb.Namespace, eb.Spec.ClusterName, d.S3), "/") + "/" + backupKey(eb.Name)
+		}
 	case d.PersistentVolumeClaim != nil:
 		s.claim, s.key = d.PersistentVolumeClaim.ClaimName, claimPath(eb.Spec.ClusterName, d.PersistentVolumeClaim, eb.Name)
 	}
@@ -423,12 +439,16 @@ func (r *EtcdClusterReconciler) backupSource(ctx context.Context, c *v1alpha1.Et
 // latestBackup is the newest Succeeded EtcdBackup of c, resolved; nil when none.
 func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *v1alpha1.EtcdCluster) (*snapshotSource, error) {
 	list := &v1alpha1.EtcdBackupList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
+	if err := r.apiReader().List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
 		return nil, fmt.Errorf("failed to list EtcdBackups: %w", err)
 	}
+	_, target := versionTargets(c)
 	var ok []v1alpha1.EtcdBackup
 	for _, b := range list.Items {
-		if b.Spec.ClusterName == c.Name && b.Status.Phase == v1alpha1.BackupSucceeded && b.Status.CompletionTime != nil && b.Status.SHA256 != "" {
+		// Only backups of this etcd cluster (its cluster ID: a cluster deleted and created again
+		// under the same name is another), of a version etcd restores into this one's.
+		if b.Spec.ClusterName == c.Name && b.Status.Phase == v1alpha1.BackupSucceeded && b.Status.CompletionTime != nil && b.Status.SHA256 != "" &&
+			(c.Status.ClusterID == "" || b.Status.ClusterID == c.Status.ClusterID) && versionPairProblem(b.Status.EtcdVersion, target) == "" {
 			ok = append(ok, b)
 		}
 	}
@@ -446,23 +466,25 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *v1alpha1.Et
 }
 
 // recordedSource resolves the source of a restore under way from status.restore.
-func (r *EtcdClusterReconciler) recordedSource(ctx context.Context, c *v1alpha1.EtcdCluster, rec *v1alpha1.RestoreStatus) (snapshotSource, error) {
+// It returns a problem instead when the source cannot be read any more (its EtcdBackup was
+// deleted): restore pods that still have to run then cannot.
+func (r *EtcdClusterReconciler) recordedSource(ctx context.Context, c *v1alpha1.EtcdCluster, rec *v1alpha1.RestoreStatus) (snapshotSource, string, error) {
 	if rec.Backup != "" {
 		eb := &v1alpha1.EtcdBackup{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: rec.Backup}, eb); err != nil {
-			return snapshotSource{}, fmt.Errorf("failed to get EtcdBackup %s of the restore under way: %w", rec.Backup, err)
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: rec.Backup}, eb)
+		if apierrors.IsNotFound(err) {
+			return snapshotSource{}, fmt.Sprintf("its EtcdBackup %s was deleted during the restore", rec.Backup), nil
 		}
-		s, problem, err := r.backupSource(ctx, c, eb)
-		if err == nil && problem != "" {
-			err = fmt.Errorf("the restore's backup %s: %s", rec.Backup, problem)
+		if err != nil {
+			return snapshotSource{}, "", fmt.Errorf("failed to get EtcdBackup %s of the restore under way: %w", rec.Backup, err)
 		}
-		return s, err
+		return r.backupSource(ctx, c, eb)
 	}
 	if b := c.Spec.Bootstrap; b != nil && b.FromObject != nil {
 		s, _, err := r.bootstrapSource(ctx, c, b)
-		return s, err
+		return s, "", err
 	}
-	return snapshotSource{}, fmt.Errorf("the restore under way names no backup and spec.bootstrap names no object")
+	return snapshotSource{}, "the restore under way names no backup and spec.bootstrap names no object", nil
 }
 
 // actRestore carries out one restore step.
@@ -509,6 +531,8 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		err = r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
 	if err != nil {
+		// Nothing of this step is recorded: the pass's own status write must not store it.
+		c.Status = *before.Status.DeepCopy()
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
 	evType := corev1.EventTypeNormal
@@ -548,9 +572,21 @@ func (r *EtcdClusterReconciler) resetMembership(ctx context.Context, c *v1alpha1
 			return err
 		}
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}}
-	if err := client.IgnoreNotFound(r.Client.Delete(ctx, cm)); err != nil {
-		return fmt.Errorf("failed to delete the membership ConfigMap: %w", err)
+	// The founding list of the restored cluster, recorded in the same step: spec.replicas
+	// members, and every ordinal that has a claim (a survivor above spec.replicas is restored
+	// too, with its data set aside, rather than left with a stale claim; a scale-in follows).
+	n := specReplicas(c)
+	for i := range claims.Items {
+		if podName, ok := strings.CutPrefix(claims.Items[i].Name, "data-"); ok {
+			if k, ok := plan.Ordinal(t.statefulSet, podName); ok {
+				n = max(n, k+1)
+			}
+		}
+	}
+	list := foundingList(t, n)
+	if err := r.applyMembershipConfig(ctx, c, list, map[string]string{
+		"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}); err != nil {
+		return err
 	}
 	s := &c.Status
 	s.ClusterID, s.Members, s.Leader, s.LeaderID, s.LegacyLogIndex, s.Upgrade = "", nil, "", "", 0, nil
@@ -617,7 +653,7 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 	if err != nil {
 		return err
 	}
-	founders, err := r.founders(ctx, c, t)
+	founders, err := r.foundersFrom(ctx, r.apiReader(), c, t)
 	if err != nil {
 		return err
 	}
@@ -681,9 +717,14 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
 			SecurityContext:              tpl.SecurityContext,
-			NodeSelector:                 tpl.NodeSelector,
-			Tolerations:                  tpl.Tolerations,
-			ImagePullSecrets:             tpl.ImagePullSecrets,
+			// Where a restore pod runs decides where a claim bound on first use is provisioned:
+			// it places itself as the member pod would.
+			NodeSelector:              tpl.NodeSelector,
+			Tolerations:               tpl.Tolerations,
+			Affinity:                  tpl.Affinity,
+			TopologySpreadConstraints: tpl.TopologySpreadConstraints,
+			PriorityClassName:         tpl.PriorityClassName,
+			ImagePullSecrets:          tpl.ImagePullSecrets,
 			InitContainers: []corev1.Container{
 				{
 					Name: "prepare", Image: r.AgentImage, Command: []string{"/usr/local/bin/etcd-pilot"},
@@ -711,6 +752,9 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 			}},
 			Volumes: volumes,
 		},
+	}
+	if err := controllerutil.SetControllerReference(c, pod, r.Scheme); err != nil {
+		return fmt.Errorf("failed to own restore pod %s: %w", pod.Name, err)
 	}
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("failed to create restore pod %s: %w", pod.Name, err)

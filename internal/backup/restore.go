@@ -80,6 +80,10 @@ func Prepare(ctx context.Context, root, id string, src io.Reader, wantSHA256 str
 	if err := writeFileSync(startedMarker(root, id), nil); err != nil {
 		return p, fmt.Errorf("failed to record the restore's start: %w", err)
 	}
+	// The rename and the marker must survive a node crash together.
+	if err := syncDir(root); err != nil {
+		return p, fmt.Errorf("failed to sync the volume's root: %w", err)
+	}
 	if p.SetAside == "" && exists(SetAsideDir(root, id)) {
 		p.SetAside = SetAsideDir(root, id)
 	}
@@ -212,4 +216,13 @@ func SnapshotRevision(path string) (int64, error) {
 		return 0, fmt.Errorf("failed to read the snapshot's revision: %w", err)
 	}
 	return rev, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -478,8 +478,12 @@ func scaleDownOnlyNonVoters(s Step, v *evidenceView) string {
 // those change members' data, and are judged by RestoreOnlyWithoutQuorum.
 func isRestore(s Step) bool {
 	switch s.Reason {
-	case v1alpha1.ReasonRestoring, v1alpha1.ReasonRecoveringFromBackup, v1alpha1.ReasonRestored, v1alpha1.ReasonRestoreFailed:
+	case v1alpha1.ReasonRestoring, v1alpha1.ReasonRecoveringFromBackup:
 		return true
+	case v1alpha1.ReasonRestored, v1alpha1.ReasonRestoreFailed:
+		// Only the end of a restore (its record, deleting finished restore pods) carries
+		// these: any other step with them is judged like every step.
+		return s.Kind == "FinishRestore" || s.Kind == "CleanUpRestore"
 	}
 	return false
 }

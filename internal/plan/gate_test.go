@@ -213,6 +213,8 @@ func TestGate(t *testing.T) {
 			"RestoreOnlyWithoutQuorum", "has formed"},
 		{"finish a restore before formation", gCluster(3).unformed(), Step{Kind: "FinishRestore", Reason: v1alpha1.ReasonRestored}, "", ""},
 		{"clean up after a restore", gCluster(3), Step{Kind: "CleanUpRestore", Member: "etc-0", Reason: v1alpha1.ReasonRestored}, "", ""},
+		{"a member step with a restore's reason", gCluster(3).noMembers(), Step{Kind: DeletePod, Member: "etc-0", Reason: v1alpha1.ReasonRestored},
+			"EtcdIsTheTruth", "member list"},
 		{"bootstrap restore before formation", gCluster(3).unformed(), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring}, "", ""},
 
 		// Path 3: no claim to delete under emptyDir storage, and never a voter's.

@@ -87,6 +87,9 @@ type Founder struct {
 	Pod PodState
 	// MemberPodExists is true when the member's own pod (the StatefulSet's) exists.
 	MemberPodExists bool
+	// ClaimStamped is true when its claim carries a member stamp: an etcd member ran on it,
+	// so it holds data a bootstrap restore must not replace.
+	ClaimStamped bool
 }
 
 // Observation is one pass's view for the restore planner. The caller must guarantee that
@@ -127,6 +130,12 @@ type Observation struct {
 	StsReplicas int32
 	// Founders are the members the restore forms, in ordinal order.
 	Founders []Founder
+	// Ephemeral is true under emptyDir storage: stopping the members deletes their data, and
+	// there is no claim to restore into, so disaster recovery is never automatic.
+	Ephemeral bool
+	// SourceProblem says why the snapshot of the restore under way cannot be read any more
+	// (its EtcdBackup deleted): restore pods that still have to run cannot.
+	SourceProblem string
 	// MaxAttempts is how many failed restore pods end the restore (Failed).
 	MaxAttempts int32
 	// SequentialPods runs one restore pod at a time (the snapshot is on a claim that only one
@@ -199,6 +208,12 @@ func Decide(o Observation) Action {
 		if o.BootstrapWaiting != "" {
 			return wait(v1alpha1.ReasonRestoring, o.BootstrapWaiting)
 		}
+		for _, f := range o.Founders {
+			if f.ClaimStamped {
+				return wait(v1alpha1.ReasonRestoreFailed, fmt.Sprintf("claim data-%s holds the data of an etcd member that ran on it (an earlier cluster of this name): "+
+					"spec.bootstrap never replaces it. Re-create the cluster without spec.bootstrap to run on that data, or delete the claims to restore", f.Name))
+			}
+		}
 		return o.begin(v1alpha1.RestoreCauseBootstrap, *o.Bootstrap, v1alpha1.RestoreRestoring,
 			fmt.Sprintf("restoring the %d founding members from %s before etcd first starts", len(o.Founders), describe(*o.Bootstrap)))
 	}
@@ -262,6 +277,11 @@ func (o Observation) disaster() Action {
 			Message: fmt.Sprintf("quorum is lost and %d of %d voting members lost their data (%s): quorum cannot come back. "+
 				"Disaster recovery (%s) starts once this has lasted %s", len(o.DataGone), o.Voters, strings.Join(o.DataGone, ", "), o.Policy, o.After)}}
 	}
+	if o.Ephemeral {
+		return wait(v1alpha1.ReasonDisasterRecoveryRequired, fmt.Sprintf("quorum is lost and cannot come back: %d of %d voting members lost their emptyDir data (%s). "+
+			"Under storage.ephemeral the operator never re-forms a cluster itself (stopping the members would delete the data that is left): "+
+			"create a new EtcdCluster with spec.bootstrap from the newest backup (see the README, Disaster recovery)", len(o.DataGone), o.Voters, strings.Join(o.DataGone, ", ")))
+	}
 	gone := fmt.Sprintf("quorum is lost and cannot come back: %d of %d voting members lost their data (%s)", len(o.DataGone), o.Voters, strings.Join(o.DataGone, ", "))
 	if len(o.DataKept) > 0 {
 		gone += fmt.Sprintf("; the data of %s is kept and set aside on its claim (data.before-restore-<id>) when the cluster is re-formed", strings.Join(o.DataKept, ", "))
@@ -289,6 +309,21 @@ func (o Observation) continueRestore() Action {
 	}
 	if r.Phase == v1alpha1.RestoreStopping {
 		if o.StsReplicas > 0 {
+			// Nothing is stopped yet: the recovery goes on only while it is still wanted and
+			// still needed; otherwise its record is dropped and the cluster is judged afresh.
+			q := int(plan.Quorum(o.Voters))
+			if why := ""; o.Policy != v1alpha1.DisasterRecoveryFromLatestBackup || !o.QuorumLost || o.Voters == 0 || len(o.DataKept) >= q {
+				switch {
+				case o.Policy != v1alpha1.DisasterRecoveryFromLatestBackup:
+					why = "spec.disasterRecovery.policy is no longer FromLatestBackup"
+				case !o.QuorumLost:
+					why = "quorum is back"
+				default:
+					why = "a quorum of members has its data again"
+				}
+				return Action{Step: plan.Step{Kind: FinishRestore, Reason: v1alpha1.ReasonRestoreFailed,
+					Message: "the disaster recovery from " + r.Location + " is abandoned before any member was stopped: " + why}}
+			}
 			a := step(plan.ScaleStatefulSet, "", reason, "stopping every member before the cluster is re-formed from "+r.Location)
 			a.Replicas = 0
 			return a
@@ -341,6 +376,12 @@ func (o Observation) continueRestore() Action {
 		}
 	}
 	// pending is in ordinal order (Founders is).
+	if len(pending) > 0 && o.SourceProblem != "" {
+		next := *r
+		next.Phase = v1alpha1.RestoreFailed
+		next.Message = fmt.Sprintf("the data of %s cannot be restored: %s", strings.Join(pending, ", "), o.SourceProblem)
+		return Action{Step: plan.Step{Kind: FinishRestore, Reason: v1alpha1.ReasonRestoreFailed, Message: next.Message}, Record: &next}
+	}
 	if len(pending) > 0 && (!o.SequentialPods || len(running) == 0) {
 		return step(RunRestorePod, pending[0], reason, "restoring the data of "+pending[0]+" from "+r.Location)
 	}
