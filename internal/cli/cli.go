@@ -99,7 +99,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o manager.Options
-	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS, only to clients the API server authenticates and authorizes for get on /metrics (false: plain HTTP to anyone who reaches the address)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints (\"0\" disables them)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader among the operator's replicas, so only one acts")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the operator's own)")

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -30,6 +31,10 @@ type Options struct {
 	// MetricsAddr and ProbeAddr are listen addresses; "0" disables them.
 	MetricsAddr string
 	ProbeAddr   string
+	// MetricsSecure serves metrics over HTTPS to clients the API server authenticates
+	// (TokenReview) and authorizes (SubjectAccessReview: get on the /metrics URL), as
+	// kubebuilder does; the operator's role grants it the two reviews.
+	MetricsSecure bool
 	// LeaderElect turns on leader election, for running more than one replica.
 	LeaderElect bool
 	// LeaderElectionNamespace is where the lease lives (default: the in-cluster namespace).
@@ -86,7 +91,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "etcd-pilot.etcdpilot.io",
@@ -146,4 +151,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("failed to add ready check: %w", err)
 	}
 	return mgr, nil
+}
+
+// metricsOptions serves metrics on o.MetricsAddr, with authentication and authorization when
+// o.MetricsSecure (a self-signed certificate unless one is mounted at the default folder).
+func metricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		m.SecureServing, m.FilterProvider = true, filters.WithAuthenticationAndAuthorization
+	}
+	return m
 }
