@@ -207,14 +207,23 @@ func etcdctl(t testing.TB, args ...string) (string, error) {
 
 var invalidName = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// namespace creates a namespace for the test and deletes it afterwards.
+// restrictedPodSecurity labels a namespace so the API server admits only pods that meet the
+// restricted Pod Security Standard: every pod the chart and the operator create (members,
+// backup and restore pods) is checked by the real admission in every scenario.
+var restrictedPodSecurity = map[string]string{
+	"pod-security.kubernetes.io/enforce":         "restricted",
+	"pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+// namespace creates a namespace for the test (restricted Pod Security enforced) and deletes
+// it afterwards.
 func namespace(t testing.TB) string {
 	t.Helper()
 	name := invalidName.ReplaceAllString(strings.ToLower(t.Name()), "-")
 	if len(name) > 50 {
 		name = name[:50]
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.TrimRight(name, "-") + "-"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.TrimRight(name, "-") + "-", Labels: restrictedPodSecurity}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func TestRestoreIntoANewCluster(t *testing.T) {
 	defer srcCli.Close()
 
 	dst := namespace(t) + "-b"
-	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst}}); err != nil {
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst, Labels: restrictedPodSecurity}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -571,6 +571,8 @@ func TestCrashingSidecarChangesNothing(t *testing.T) {
 	before := createEphemeral(t, ns, map[string]any{"extraContainers": []any{map[string]any{
 		"name": "zz-sidecar", "image": image, "command": []string{"/usr/local/bin/etcdctl"},
 		"args": []string{"--endpoints=http://127.0.0.1:1", "--dial-timeout=1s", "get", "x"},
+		// The namespace enforces restricted Pod Security: a sidecar must meet it too.
+		"securityContext": map[string]any{"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []string{"ALL"}}},
 	}}})
 	w := startWriter(t, ns, 3)
 	s := startSampler(t, ns)
