@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,14 +53,7 @@ func runRestorePrepare(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		rep.Error = err.Error()
 	}
-	out, _ := json.Marshal(rep)
-	fmt.Fprintln(stdout, string(out))
-	if *report != "" {
-		if werr := os.WriteFile(*report, out, 0o644); werr != nil && err == nil {
-			err = fmt.Errorf("failed to write the report to %s: %w", *report, werr)
-		}
-	}
-	return err
+	return writeReport(stdout, *report, rep, err)
 }
 
 func prepareRestore(ctx context.Context, root, id, file string, cfg objstore.S3Config, key, sha string) (backup.Prepared, error) {

@@ -42,14 +42,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	rep, err := takeSnapshot(ctx, *endpoint, *member, *dir, *key)
-	out, _ := json.Marshal(rep)
-	fmt.Fprintln(stdout, string(out))
-	if *report != "" {
-		if werr := os.WriteFile(*report, out, 0o644); werr != nil && err == nil {
-			err = fmt.Errorf("failed to write the report to %s: %w", *report, werr)
-		}
-	}
-	return err
+	return writeReport(stdout, *report, rep, err)
 }
 
 func takeSnapshot(ctx context.Context, endpoint, member, dir, key string) (backup.Report, error) {
@@ -63,4 +56,17 @@ func takeSnapshot(ctx context.Context, endpoint, member, dir, key string) (backu
 		return backup.Report{Failure: failure, Error: err.Error()}, err
 	}
 	return taken.Report(member), nil
+}
+
+// writeReport prints the JSON report rep on stdout and writes it to path (a pod's termination
+// message; skipped when empty). It returns err, or the write's failure when err is nil.
+func writeReport(stdout io.Writer, path string, rep any, err error) error {
+	out, _ := json.Marshal(rep)
+	fmt.Fprintln(stdout, string(out))
+	if path != "" {
+		if werr := os.WriteFile(path, out, 0o644); werr != nil && err == nil {
+			err = fmt.Errorf("failed to write the report to %s: %w", path, werr)
+		}
+	}
+	return err
 }

@@ -16,7 +16,6 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,12 +81,7 @@ func verifyObject(t testing.TB, srv *minio.Server, key string, b v1alpha1.EtcdBa
 func TestScheduledBackupsToS3KeepThreeVerified(t *testing.T) {
 	srv := minio.Start(t)
 	ns := namespace(t)
-	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@every 10s", 3)}}
-	if err := k8s.Create(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	c := createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@every 10s", 3)})
 	w := startWriter(t, ns, 3)
 	s := startSampler(t, ns)
 
@@ -212,12 +206,7 @@ func TestOneShotBackupToAClaim(t *testing.T) {
 	ns := namespace(t)
 	createCluster(t, ns, 3)
 	w := startWriter(t, ns, 3)
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"},
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if err := k8s.Create(context.Background(), claim); err != nil {
-		t.Fatal(err)
-	}
+	createClaim(t, ns, "backups")
 	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-hand"},
 		Spec: v1alpha1.EtcdBackupSpec{ClusterName: "etcd", Destination: &v1alpha1.BackupDestination{
 			PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups", Path: "snapshots"}}}}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -31,6 +32,28 @@ func createCluster(t testing.TB, ns string, replicas int32) (*v1alpha1.EtcdClust
 	}
 	c = waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
 	return c, time.Since(start)
+}
+
+// createWith creates the EtcdCluster "etcd" in ns with spec and waits until it is Available.
+func createWith(t testing.TB, ns string, spec v1alpha1.EtcdClusterSpec) *v1alpha1.EtcdCluster {
+	t.Helper()
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns}, Spec: spec}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	return c
+}
+
+// createClaim creates a 1Gi ReadWriteOnce claim name in ns (a backup destination).
+func createClaim(t testing.TB, ns, name string) {
+	t.Helper()
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if err := k8s.Create(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func getCluster(t testing.TB, ns string) *v1alpha1.EtcdCluster {

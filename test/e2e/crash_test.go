@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,12 +98,7 @@ func TestOperatorKilledBetweenRestoreStepsConverges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"},
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if err := k8s.Create(context.Background(), claim); err != nil {
-		t.Fatal(err)
-	}
+	createClaim(t, ns, "backups")
 	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap"},
 		Spec: v1alpha1.EtcdBackupSpec{ClusterName: "etcd", Destination: &v1alpha1.BackupDestination{
 			PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups"}}}}

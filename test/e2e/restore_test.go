@@ -99,14 +99,9 @@ func clusterID(t testing.TB, cli *clientv3.Client) uint64 {
 func TestRestoreIntoANewCluster(t *testing.T) {
 	srv := minio.Start(t)
 	src := namespace(t)
-	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: src},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, src, srv, "@yearly", 3)}}
-	if err := k8s.Create(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, src, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	createWith(t, src, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, src, srv, "@yearly", 3)})
 	w := startWriter(t, src, 3)
-	time.Sleep(time.Second) // some writes before the snapshot, not a wait for a condition
+	w.waitAcked(t, 50) // writes before the snapshot
 	b := oneShotBackup(t, src, "to-restore")
 	w.finish(t, src, 3)
 	srcCli := etcdClient(t, src, 3)
@@ -178,17 +173,12 @@ func TestQuorumLossWithTwoVolumesDeletedIsRecoveredFromTheLatestBackup(t *testin
 	srv := minio.Start(t)
 	ns := namespace(t)
 	logPodsOnFailure(t, ns)
-	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@yearly", 3),
-			DisasterRecovery: v1alpha1.DisasterRecoverySpec{After: &metav1.Duration{Duration: 5 * time.Second}}}}
-	if err := k8s.Create(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@yearly", 3),
+		DisasterRecovery: v1alpha1.DisasterRecoverySpec{After: &metav1.Duration{Duration: 5 * time.Second}}})
 	w := startWriter(t, ns, 3)
-	time.Sleep(time.Second) // some writes before the snapshot, not a wait for a condition
+	w.waitAcked(t, 50) // writes before the snapshot
 	b := oneShotBackup(t, ns, "before-disaster")
-	time.Sleep(time.Second) // writes after the backup: they are lost by the recovery
+	w.waitAcked(t, 50) // writes after the backup: the recovery loses them
 	w.finish(t, ns, 3)
 	cli := etcdClient(t, ns, 3)
 	_, lastRev := keysAt(t, cli, 0)

@@ -122,6 +122,23 @@ func startWriter(t testing.TB, ns string, maxMembers int) *writer {
 }
 
 // longestGap is the longest time between two acknowledged writes.
+// waitAcked waits until etcd acknowledged at least n more writes of w than when it was
+// called (with a deadline).
+func (w *writer) waitAcked(t testing.TB, n int) {
+	t.Helper()
+	w.mu.Lock()
+	target := len(w.acked) + n
+	w.mu.Unlock()
+	eventually(t, time.Minute, fmt.Sprintf("%d more acknowledged writes", n), func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.acked) < target {
+			return fmt.Errorf("%d of %d acknowledged", len(w.acked), target)
+		}
+		return nil
+	})
+}
+
 func (w *writer) longestGap() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
