@@ -1,0 +1,72 @@
+package certs
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestIssueVerifyAndRenewal(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ca, err := NewCA("test-ca", now, 365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewCA("other-ca", now, 365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{CommonName: "etcd", DNSNames: []string{"*.etcd.ns.svc", "etcd-client.ns.svc"}, Server: true, Client: true, Validity: 90 * 24 * time.Hour}
+	leaf, err := Issue(ca, req, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(leaf, ca.Cert, true, true, now); err != nil {
+		t.Fatalf("leaf does not verify against its CA: %v", err)
+	}
+	if err := Verify(leaf, other.Cert, true, false, now); err == nil {
+		t.Fatal("leaf verifies against a CA that did not sign it")
+	}
+	// A bundle with both CAs (the overlap of a CA rotation) trusts it.
+	if err := Verify(leaf, append(append([]byte{}, other.Cert...), ca.Cert...), true, true, now); err != nil {
+		t.Fatalf("leaf does not verify against a bundle holding its CA: %v", err)
+	}
+	serverOnly, err := Issue(ca, Request{CommonName: "s", Server: true, Validity: time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(serverOnly, ca.Cert, true, true, now); err == nil {
+		t.Fatal("a server-only certificate verifies for client authentication")
+	}
+	if err := Verify(KeyPair{Cert: leaf.Cert, Key: serverOnly.Key}, ca.Cert, true, false, now); err == nil || !strings.Contains(err.Error(), "do not match") {
+		t.Fatalf("mismatched key: %v", err)
+	}
+	c, err := Parse(leaf.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Covers(c, req) || Covers(c, Request{CommonName: "etcd", DNSNames: []string{"x.ns.svc"}}) {
+		t.Fatal("Covers is wrong")
+	}
+	if DueForRenewal(c, now.Add(59*24*time.Hour), 0) {
+		t.Fatal("due for renewal before two thirds of its life")
+	}
+	if !DueForRenewal(c, now.Add(61*24*time.Hour), 0) {
+		t.Fatal("not due for renewal after two thirds of its life")
+	}
+	if !DueForRenewal(c, now.Add(80*24*time.Hour), 11*24*time.Hour) || DueForRenewal(c, now.Add(70*24*time.Hour), 11*24*time.Hour) {
+		t.Fatal("renewBefore is not honoured")
+	}
+	// A leaf never outlives its CA.
+	short, _ := NewCA("short", now, time.Hour)
+	l2, err := Issue(short, Request{CommonName: "x", Server: true, Validity: 24 * time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2, _ := Parse(l2.Cert); c2.NotAfter.After(now.Add(time.Hour)) {
+		t.Fatalf("leaf outlives its CA: %v", c2.NotAfter)
+	}
+	if !SameBundle(ca.Cert, ca.Cert) || SameBundle(ca.Cert, other.Cert) {
+		t.Fatal("SameBundle is wrong")
+	}
+}

@@ -1,0 +1,166 @@
+// Package certificates plans the certificates the operator keeps for a cluster whose TLS
+// source is Operator: a CA in a Secret, and leaf certificates signed by it in Secrets the
+// members mount (and one the operator presents). It is pure: the observed Secrets' contents
+// and the time in, the Secrets to write out.
+//
+// Its steps write Secrets and nothing else. A member picks a renewed leaf up at its next TLS
+// handshake (etcd reads the files each time); anything that restarts a member goes through
+// the rollout planner and the safety gate.
+package certificates
+
+import (
+	"crypto/x509"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+)
+
+// Reasons a step is taken, or a Secret cannot be used.
+const (
+	ReasonMissing       = "Missing"
+	ReasonUnreadable    = "Unreadable"
+	ReasonNotFromCA     = "NotSignedByCA"
+	ReasonNamesChanged  = "NamesChanged"
+	ReasonDue           = "DueForRenewal"
+	ReasonBundleChanged = "TrustBundleChanged"
+)
+
+// Material is what a Secret holds, by key: tls.crt, tls.key and ca.crt.
+type Material struct {
+	Cert, Key, CA []byte
+}
+
+// Leaf is a leaf certificate the cluster needs, in the Secret named Secret.
+type Leaf struct {
+	Secret  string
+	Request certs.Request
+}
+
+// Want is what the cluster's spec asks for.
+type Want struct {
+	// CASecret holds the CA (tls.crt, tls.key) and the trust bundle (ca.crt).
+	CASecret string
+	// CACommonName names a new CA.
+	CACommonName string
+	// CAValidity is a new CA's lifetime.
+	CAValidity time.Duration
+	Leaves     []Leaf
+	// RenewBefore renews a leaf this long before it expires; 0 renews at two thirds of its
+	// lifetime.
+	RenewBefore time.Duration
+}
+
+// Kind of a step.
+type Kind string
+
+const (
+	// CreateCA: create the CA Secret (it is missing).
+	CreateCA Kind = "CreateCA"
+	// IssueLeaf: sign Leaf with the CA and write it, with the CA's trust bundle, to its Secret.
+	IssueLeaf Kind = "IssueLeaf"
+)
+
+// Step is one Secret to write.
+type Step struct {
+	Kind   Kind
+	Secret string
+	// Leaf is the certificate to issue (IssueLeaf).
+	Leaf Leaf
+	// Reason says why (one of the Reason constants).
+	Reason string
+}
+
+// Problem is a Secret the planner cannot fix by itself.
+type Problem struct {
+	Secret string
+	Reason string
+	Detail string
+}
+
+func (p Problem) Error() string {
+	return fmt.Sprintf("Secret %s: %s: %s", p.Secret, p.Reason, p.Detail)
+}
+
+// Expiry is when a certificate in a Secret expires, for status and metrics.
+type Expiry struct {
+	Secret   string
+	NotAfter time.Time
+	// RenewAt is when the operator renews it (the zero time for the CA, which is not renewed
+	// automatically).
+	RenewAt time.Time
+}
+
+// Plan returns the Secrets to write now, in order (the CA first), the expiry of every
+// certificate that needs nothing, and a problem that blocks issuing (a CA Secret that exists
+// but cannot be read: it is never replaced silently, since members trust it).
+// observed holds the Secrets that exist, by name.
+func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry, *Problem) {
+	caMat, ok := observed[w.CASecret]
+	if !ok {
+		// A new CA invalidates every leaf: issue them all after it.
+		steps := []Step{{Kind: CreateCA, Secret: w.CASecret, Reason: ReasonMissing}}
+		for _, l := range w.Leaves {
+			steps = append(steps, Step{Kind: IssueLeaf, Secret: l.Secret, Leaf: l, Reason: ReasonMissing})
+		}
+		return steps, nil, nil
+	}
+	ca, err := certs.Parse(caMat.Cert)
+	if err != nil || !ca.IsCA || len(caMat.Key) == 0 {
+		detail := "it holds no CA certificate and key"
+		if err != nil {
+			detail = err.Error()
+		}
+		return nil, nil, &Problem{Secret: w.CASecret, Reason: ReasonUnreadable, Detail: detail + "; the members trust the CA it held, so the operator does not replace it: restore the Secret, or delete it to start over with a new CA (every member then needs a restart)"}
+	}
+	bundle := caMat.CA
+	if len(bundle) == 0 {
+		bundle = caMat.Cert
+	}
+	expiries := []Expiry{{Secret: w.CASecret, NotAfter: ca.NotAfter}}
+	var steps []Step
+	for _, l := range w.Leaves {
+		reason, leaf := leafState(l, observed, bundle, w.RenewBefore, now)
+		if reason != "" {
+			steps = append(steps, Step{Kind: IssueLeaf, Secret: l.Secret, Leaf: l, Reason: reason})
+			continue
+		}
+		expiries = append(expiries, Expiry{Secret: l.Secret, NotAfter: leaf.NotAfter, RenewAt: RenewAt(leaf, w.RenewBefore)})
+	}
+	sort.Slice(expiries, func(i, j int) bool { return expiries[i].Secret < expiries[j].Secret })
+	return steps, expiries, nil
+}
+
+// leafState returns why the leaf needs issuing ("" when it does not) and the parsed leaf.
+func leafState(l Leaf, observed map[string]Material, bundle []byte, renewBefore time.Duration, now time.Time) (string, *x509.Certificate) {
+	m, ok := observed[l.Secret]
+	if !ok {
+		return ReasonMissing, nil
+	}
+	leaf, err := certs.Parse(m.Cert)
+	if err != nil || len(m.Key) == 0 {
+		return ReasonUnreadable, nil
+	}
+	if err := certs.Verify(certs.KeyPair{Cert: m.Cert, Key: m.Key}, bundle, l.Request.Server, l.Request.Client, now); err != nil {
+		return ReasonNotFromCA, leaf
+	}
+	if !certs.Covers(leaf, l.Request) {
+		return ReasonNamesChanged, leaf
+	}
+	if certs.DueForRenewal(leaf, now, renewBefore) {
+		return ReasonDue, leaf
+	}
+	if !certs.SameBundle(m.CA, bundle) {
+		return ReasonBundleChanged, leaf
+	}
+	return "", leaf
+}
+
+// RenewAt is when a leaf is due for renewal (see certs.DueForRenewal).
+func RenewAt(c *x509.Certificate, renewBefore time.Duration) time.Time {
+	if renewBefore > 0 {
+		return c.NotAfter.Add(-renewBefore)
+	}
+	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3)
+}

@@ -1,0 +1,137 @@
+package certificates
+
+import (
+	"testing"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+)
+
+var t0 = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+func want() Want {
+	return Want{
+		CASecret: "e-ca", CACommonName: "ca", CAValidity: 10 * 365 * 24 * time.Hour,
+		Leaves: []Leaf{
+			{Secret: "e-peer-tls", Request: certs.Request{CommonName: "e-peer", DNSNames: []string{"*.e.ns.svc"}, Server: true, Client: true, Validity: 90 * 24 * time.Hour}},
+			{Secret: "e-operator-client-tls", Request: certs.Request{CommonName: "etcd-pilot", Client: true, Validity: 90 * 24 * time.Hour}},
+		},
+	}
+}
+
+// apply carries the steps out the way the controller does, into observed.
+func apply(t *testing.T, w Want, steps []Step, observed map[string]Material, now time.Time) {
+	t.Helper()
+	for _, s := range steps {
+		switch s.Kind {
+		case CreateCA:
+			ca, err := certs.NewCA(w.CACommonName, now, w.CAValidity)
+			if err != nil {
+				t.Fatal(err)
+			}
+			observed[s.Secret] = Material{Cert: ca.Cert, Key: ca.Key, CA: ca.Cert}
+		case IssueLeaf:
+			ca := observed[w.CASecret]
+			p, err := certs.Issue(certs.KeyPair{Cert: ca.Cert, Key: ca.Key}, s.Leaf.Request, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			observed[s.Secret] = Material{Cert: p.Cert, Key: p.Key, CA: ca.CA}
+		}
+	}
+}
+
+func kinds(steps []Step) []string {
+	var out []string
+	for _, s := range steps {
+		out = append(out, string(s.Kind)+" "+s.Secret+" "+s.Reason)
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	w := want()
+	obs := map[string]Material{}
+	steps, _, p := Plan(w, obs, t0)
+	if p != nil || len(steps) != 3 || steps[0].Kind != CreateCA {
+		t.Fatalf("from nothing: %v %v", kinds(steps), p)
+	}
+	apply(t, w, steps, obs, t0)
+
+	// Everything in place: nothing to do, every expiry reported.
+	steps, exp, p := Plan(w, obs, t0.Add(time.Hour))
+	if p != nil || len(steps) != 0 || len(exp) != 3 {
+		t.Fatalf("settled: %v %v %v", kinds(steps), exp, p)
+	}
+	for _, e := range exp {
+		if e.Secret != w.CASecret && !e.RenewAt.Equal(t0.Add(-5*time.Minute).Add((90*24*time.Hour+5*time.Minute)*2/3)) {
+			t.Fatalf("renewAt of %s: %v", e.Secret, e.RenewAt)
+		}
+	}
+
+	cases := []struct {
+		name   string
+		edit   func(w *Want, obs map[string]Material)
+		at     time.Time
+		expect []string
+	}{
+		{"a leaf deleted", func(_ *Want, o map[string]Material) { delete(o, "e-peer-tls") }, t0, []string{"IssueLeaf e-peer-tls Missing"}},
+		{"a leaf garbled", func(_ *Want, o map[string]Material) { m := o["e-peer-tls"]; m.Cert = []byte("x"); o["e-peer-tls"] = m }, t0, []string{"IssueLeaf e-peer-tls Unreadable"}},
+		{"a leaf's key swapped", func(_ *Want, o map[string]Material) {
+			m := o["e-peer-tls"]
+			m.Key = o["e-operator-client-tls"].Key
+			o["e-peer-tls"] = m
+		}, t0, []string{"IssueLeaf e-peer-tls NotSignedByCA"}},
+		{"names changed (extraSANs)", func(w *Want, _ map[string]Material) {
+			w.Leaves[0].Request.DNSNames = append(w.Leaves[0].Request.DNSNames, "etcd.example")
+		}, t0, []string{"IssueLeaf e-peer-tls NamesChanged"}},
+		{"two thirds of the lifetime passed", func(*Want, map[string]Material) {}, t0.Add(61 * 24 * time.Hour),
+			[]string{"IssueLeaf e-peer-tls DueForRenewal", "IssueLeaf e-operator-client-tls DueForRenewal"}},
+		{"renewBefore", func(w *Want, _ map[string]Material) { w.RenewBefore = 10 * 24 * time.Hour }, t0.Add(81 * 24 * time.Hour),
+			[]string{"IssueLeaf e-peer-tls DueForRenewal", "IssueLeaf e-operator-client-tls DueForRenewal"}},
+		{"trust bundle differs", func(_ *Want, o map[string]Material) {
+			m := o["e-operator-client-tls"]
+			m.CA = append(append([]byte{}, m.CA...), m.CA...)
+			o["e-operator-client-tls"] = m
+		}, t0, []string{"IssueLeaf e-operator-client-tls TrustBundleChanged"}},
+		{"signed by another CA", func(_ *Want, o map[string]Material) {
+			other, _ := certs.NewCA("other", t0, time.Hour*24*365)
+			p, _ := certs.Issue(other, want().Leaves[0].Request, t0)
+			o["e-peer-tls"] = Material{Cert: p.Cert, Key: p.Key, CA: other.Cert}
+		}, t0, []string{"IssueLeaf e-peer-tls NotSignedByCA"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w2 := want()
+			o2 := map[string]Material{}
+			for k, v := range obs {
+				o2[k] = v
+			}
+			tc.edit(&w2, o2)
+			steps, _, p := Plan(w2, o2, tc.at)
+			if p != nil {
+				t.Fatal(p)
+			}
+			got := kinds(steps)
+			if len(got) != len(tc.expect) {
+				t.Fatalf("got %v, want %v", got, tc.expect)
+			}
+			for i := range got {
+				if got[i] != tc.expect[i] {
+					t.Fatalf("got %v, want %v", got, tc.expect)
+				}
+			}
+			// Carrying the steps out settles it.
+			apply(t, w2, steps, o2, tc.at)
+			if again, _, _ := Plan(w2, o2, tc.at); len(again) != 0 {
+				t.Fatalf("not settled after the steps: %v", kinds(again))
+			}
+		})
+	}
+
+	// A CA Secret that cannot be read is never replaced.
+	o3 := map[string]Material{"e-ca": {Cert: []byte("garbage")}}
+	if steps, _, p := Plan(w, o3, t0); p == nil || len(steps) != 0 {
+		t.Fatalf("unreadable CA: %v %v", kinds(steps), p)
+	}
+}
