@@ -23,6 +23,22 @@ type Values struct {
 	PodLabels                 map[string]string                 `json:"podLabels,omitempty"`
 	PodAnnotations            map[string]string                 `json:"podAnnotations,omitempty"`
 	Operator                  OperatorValues                    `json:"operator,omitempty"`
+	TLS                       *TLSValues                        `json:"tls,omitempty"`
+}
+
+// TLSValues is the chart's tls block.
+type TLSValues struct {
+	Peer   TLSSideValues `json:"peer"`
+	Client TLSSideValues `json:"client"`
+}
+
+// TLSSideValues is one side of the chart's tls block: whether it is on, and the Secret with
+// tls.crt, tls.key and ca.crt mounted into the members.
+type TLSSideValues struct {
+	Enabled    bool   `json:"enabled"`
+	SecretName string `json:"secretName,omitempty"`
+	// ClientCertAuth (client side only) refuses clients without a certificate.
+	ClientCertAuth *bool `json:"clientCertAuth,omitempty"`
 }
 
 // OperatorValues is the chart's operator block: what the operator takes over from the chart.

@@ -36,6 +36,10 @@ const (
 	ReasonAsExpected = "AsExpected"
 	// ReasonInvalidSpec : the spec cannot be turned into a valid render.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonTLSNotReady : spec.tls cannot be served yet: a Secret the user provides is missing
+	// or invalid, or the CA Secret cannot be read. Nothing is applied until it is fixed; the
+	// message names the Secret and what is wrong with it.
+	ReasonTLSNotReady = "TLSNotReady"
 	// ReasonApplyFailed : the API server refused an object the chart rendered.
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonMembersUnhealthy : some members are not ready or not healthy.

@@ -18,6 +18,8 @@ const DefaultImageRepository = "gcr.io/etcd-development/etcd"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="bootstrap can only be set when the cluster is created: it decides the data the founding members start from"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.storage) || !has(self.storage.ephemeral) || !self.storage.ephemeral",message="bootstrap needs volume claims: with storage.ephemeral the data directory only exists once the pod runs, so it cannot be restored before etcd starts"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.fromObject) || !has(self.version) || !self.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !self.bootstrap.fromObject.etcdVersion.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || (self.version.split('.')[0] == self.bootstrap.fromObject.etcdVersion.split('.')[0] && int(self.version.split('.')[1]) - int(self.bootstrap.fromObject.etcdVersion.split('.')[1]) in [0, 1])",messageExpression="'a snapshot of etcd ' + self.bootstrap.fromObject.etcdVersion + ' cannot be restored into etcd ' + self.version + ': etcd supports restoring a snapshot into the same minor version or the next one (an upgrade); restore into ' + self.bootstrap.fromObject.etcdVersion.split('.')[0] + '.' + self.bootstrap.fromObject.etcdVersion.split('.')[1] + ' and upgrade step by step'"
+// +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.peer)) == (has(oldSelf.tls) && has(oldSelf.tls.peer))",message="tls.peer cannot be added or removed after creation yet: the members' peer URLs change scheme, which needs a member-by-member migration etcd-pilot does not run. Create a new cluster with TLS and move the data with a backup and restore"
+// +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.client)) == (has(oldSelf.tls) && has(oldSelf.tls.client))",message="tls.client cannot be added or removed after creation yet: clients and the operator would lose the members while they restart onto the other scheme. Create a new cluster with TLS and move the data with a backup and restore"
 type EtcdClusterSpec struct {
 	// Replicas is the number of voting etcd members. Odd numbers tolerate the same number of
 	// failures as the next even number, with less write overhead.
@@ -125,6 +127,10 @@ type EtcdClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	DisasterRecovery DisasterRecoverySpec `json:"disasterRecovery,omitempty"`
+
+	// TLS secures the peer and client traffic. Absent: plain HTTP.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
 }
 
 // StorageSpec configures the members' data volumes.
@@ -450,6 +456,13 @@ type EtcdClusterStatus struct {
 	// Backup is the state of the backups: the newest successful one and the schedule.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// Certificates are the certificates of spec.tls, read from their Secrets: when each
+	// expires and, for those the operator issues, when it renews them.
+	// +optional
+	// +listType=map
+	// +listMapKey=secret
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
 
 	// Restore is the latest restore of the cluster's data (spec.bootstrap or disaster
 	// recovery): what was restored, and where it stands.

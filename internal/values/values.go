@@ -105,7 +105,35 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 		return charts.Values{}, err
 	}
 	v.Etcd.ExtraArgs = e.ExtraArgs
+	v.TLS = tlsValues(c)
 	return v, nil
+}
+
+// tlsValues turns spec.tls into the chart's tls block: the Secrets mounted into the members
+// are the operator's own (Operator source) or the user's (Secret source).
+func tlsValues(c *v1alpha1.EtcdCluster) *charts.TLSValues {
+	t := c.Spec.TLS
+	if t == nil || (t.Peer == nil && t.Client == nil) {
+		return nil
+	}
+	out := &charts.TLSValues{}
+	if p := t.Peer; p != nil {
+		out.Peer.Enabled = true
+		out.Peer.SecretName = v1alpha1.PeerTLSSecretName(c.Name)
+		if p.Source == v1alpha1.TLSSourceSecret {
+			out.Peer.SecretName = p.SecretName
+		}
+	}
+	if cl := t.Client; cl != nil {
+		out.Client.Enabled = true
+		out.Client.SecretName = v1alpha1.ServerTLSSecretName(c.Name)
+		if cl.Source == v1alpha1.TLSSourceSecret {
+			out.Client.SecretName = cl.SecretName
+		}
+		auth := cl.ClientCertAuth == nil || *cl.ClientCertAuth
+		out.Client.ClientCertAuth = &auth
+	}
+	return out
 }
 
 // MembershipConfigMapName is the ConfigMap through which the operator tells joining members

@@ -56,7 +56,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- $port := int .Values.etcd.peerPort -}}
 {{- $members := list -}}
 {{- range $i := until (int .Values.replicas) -}}
-{{- $members = append $members (printf "%s-%d=http://%s-%d.%s:%d" $name $i $name $i $suffix $port) -}}
+{{- $members = append $members (printf "%s-%d=%s://%s-%d.%s:%d" $name $i (include "etcd-cluster.peerScheme" $) $name $i $suffix $port) -}}
 {{- end -}}
 {{- join "," $members -}}
 {{- end -}}
@@ -76,4 +76,15 @@ TCP liveness check and /health for readiness.
 */}}
 {{- define "etcd-cluster.hasLivez" -}}
 {{- if semverCompare ">=3.5.11-0" .Values.etcd.version -}}true{{- end -}}
+{{- end -}}
+
+
+{{/* URL scheme of the peer port: https when tls.peer.enabled. */}}
+{{- define "etcd-cluster.peerScheme" -}}
+{{- if and .Values.tls .Values.tls.peer .Values.tls.peer.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/* URL scheme of the client port: https when tls.client.enabled. */}}
+{{- define "etcd-cluster.clientScheme" -}}
+{{- if and .Values.tls .Values.tls.client .Values.tls.client.enabled -}}https{{- else -}}http{{- end -}}
 {{- end -}}

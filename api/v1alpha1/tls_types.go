@@ -1,0 +1,110 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// TLSSource says where a side's certificates come from.
+// +kubebuilder:validation:Enum=Operator;Secret
+type TLSSource string
+
+const (
+	// TLSSourceOperator: the operator keeps a CA for the cluster in the Secret <name>-ca and
+	// issues and renews the certificates from it.
+	TLSSourceOperator TLSSource = "Operator"
+	// TLSSourceSecret: the user provides the Secrets (keys tls.crt, tls.key and ca.crt, as
+	// kubernetes.io/tls Secrets and cert-manager write them) and renews them.
+	TLSSourceSecret TLSSource = "Secret"
+)
+
+// TLSSpec turns on TLS for the peer and the client side of etcd, each on its own. A side that
+// is absent speaks plain HTTP. Turning a side on or off after creation is refused for now.
+// +kubebuilder:validation:XValidation:rule="!has(self.peer) || !has(self.peer.source) || self.peer.source != 'Secret' || has(self.peer.secretName)",message="tls.peer.secretName is required with source Secret: name a Secret with tls.crt, tls.key and ca.crt"
+// +kubebuilder:validation:XValidation:rule="!has(self.client) || !has(self.client.source) || self.client.source != 'Secret' || (has(self.client.secretName) && has(self.client.operatorSecretName))",message="tls.client.secretName (the members' server certificate) and tls.client.operatorSecretName (the client certificate the operator presents) are required with source Secret"
+type TLSSpec struct {
+	// Peer secures the traffic between members (mutual TLS: each member presents its
+	// certificate to the others).
+	// +optional
+	Peer *PeerTLS `json:"peer,omitempty"`
+	// Client secures the client port, the operator's connections included.
+	// +optional
+	Client *ClientTLS `json:"client,omitempty"`
+	// ExtraSANs are further DNS names or IP addresses the members' server certificates carry,
+	// besides the pod DNS names and the Services (Operator source).
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	ExtraSANs []string `json:"extraSANs,omitempty"`
+	// CertificateDuration is the lifetime of the leaf certificates the operator issues
+	// (Operator source). Default 2160h (90 days).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m')",message="tls.certificateDuration must be at least 10m"
+	// +optional
+	CertificateDuration *metav1.Duration `json:"certificateDuration,omitempty"`
+	// RenewBefore renews a leaf certificate this long before it expires (Operator source).
+	// Default: when two thirds of its lifetime have passed.
+	// +optional
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+}
+
+// PeerTLS is the peer side's TLS.
+type PeerTLS struct {
+	// Source of the certificates: Operator (default) or Secret.
+	// +kubebuilder:default=Operator
+	// +optional
+	Source TLSSource `json:"source,omitempty"`
+	// SecretName (source Secret) holds the members' peer certificate: tls.crt and tls.key,
+	// valid for server and client authentication and naming every member's peer DNS name
+	// (a wildcard *.<name>.<namespace>.svc and *.<name>.<namespace>.svc.<cluster domain>
+	// covers them), and ca.crt, the CA that signed the peers' certificates.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+}
+
+// ClientTLS is the client side's TLS.
+type ClientTLS struct {
+	// Source of the certificates: Operator (default) or Secret.
+	// +kubebuilder:default=Operator
+	// +optional
+	Source TLSSource `json:"source,omitempty"`
+	// SecretName (source Secret) holds the members' server certificate (tls.crt, tls.key,
+	// naming the pod DNS names and the client Service) and ca.crt, the CA that clients'
+	// certificates must chain to.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+	// OperatorSecretName (source Secret) holds the client certificate the operator presents
+	// to etcd (tls.crt, tls.key) and ca.crt, the CA the members' server certificate chains to.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	OperatorSecretName string `json:"operatorSecretName,omitempty"`
+	// ClientCertAuth makes etcd refuse clients without a certificate signed by the client CA
+	// (--client-cert-auth). Default true.
+	// +kubebuilder:default=true
+	// +optional
+	ClientCertAuth *bool `json:"clientCertAuth,omitempty"`
+}
+
+// CASecretName is the Secret holding the CA the operator keeps for a cluster (Operator
+// source): tls.crt and tls.key of the CA, and ca.crt, the trust bundle.
+func CASecretName(cluster string) string { return cluster + "-ca" }
+
+// PeerTLSSecretName is the Secret with the members' peer certificate (Operator source).
+func PeerTLSSecretName(cluster string) string { return cluster + "-peer-tls" }
+
+// ServerTLSSecretName is the Secret with the members' client-side server certificate
+// (Operator source).
+func ServerTLSSecretName(cluster string) string { return cluster + "-server-tls" }
+
+// OperatorTLSSecretName is the Secret with the client certificate the operator presents to
+// the cluster (Operator source).
+func OperatorTLSSecretName(cluster string) string { return cluster + "-operator-client-tls" }
+
+// CertificateStatus is one certificate of spec.tls.
+type CertificateStatus struct {
+	// Secret holds the certificate.
+	Secret string `json:"secret"`
+	// NotAfter is when it expires.
+	NotAfter metav1.Time `json:"notAfter"`
+	// RenewAt is when the operator renews it (certificates it issues, except the CA).
+	// +optional
+	RenewAt *metav1.Time `json:"renewAt,omitempty"`
+}

@@ -1,0 +1,68 @@
+package v1alpha1_test
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+)
+
+func TestTLSAdmission(t *testing.T) {
+	tlsSpec := func(tl *v1alpha1.TLSSpec) func(*v1alpha1.EtcdClusterSpec) {
+		return func(s *v1alpha1.EtcdClusterSpec) { s.TLS = tl }
+	}
+	runCreateCases(t, []createCase{
+		{name: "operator source on both sides accepted", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}})},
+		{name: "user Secrets accepted", spec: tlsSpec(&v1alpha1.TLSSpec{
+			Peer:   &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "p"},
+			Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "s", OperatorSecretName: "o"}})},
+		{name: "peer Secret source without a name refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret}}),
+			wantErr: []string{"tls.peer.secretName is required"}},
+		{name: "client Secret source without the operator's Secret refused", spec: tlsSpec(&v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "s"}}),
+			wantErr: []string{"tls.client.operatorSecretName"}},
+		{name: "unknown source refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: "Vault"}}),
+			wantErr: []string{"spec.tls.peer.source", "Operator", "Secret"}},
+		{name: "short certificate duration refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("5m"))}),
+			wantErr: []string{"at least 10m"}},
+	})
+
+	ns := env.Namespace(t)
+	for i, tc := range []struct {
+		name    string
+		create  *v1alpha1.TLSSpec
+		update  func(*v1alpha1.EtcdClusterSpec)
+		wantErr []string
+	}{
+		{name: "peer TLS added refused", update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}} },
+			wantErr: []string{"tls.peer cannot be added or removed"}},
+		{name: "client TLS removed refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{"tls.client cannot be added or removed"}},
+		{name: "extra SANs changed accepted", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS.ExtraSANs = []string{"etcd.example"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(100+i), func(s *v1alpha1.EtcdClusterSpec) { s.TLS = tc.create })
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+				t.Fatal(err)
+			}
+			tc.update(&ec.Spec)
+			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
+		})
+	}
+}
+
+func metaDuration(s string) metav1.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return metav1.Duration{Duration: d}
+}
