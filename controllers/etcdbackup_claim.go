@@ -90,7 +90,10 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 		}
 		return reconcile.Result{}, fmt.Errorf("failed to get the claim %s/%s: %w", b.Namespace, d.ClaimName, err)
 	}
-	src, why, err := r.source(ctx, c)
+	src, _, why, err := r.source(ctx, c)
+	if isTLSError(err) {
+		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, err.Error())
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -140,7 +143,7 @@ func podReport(pod *corev1.Pod) (backup.Report, error) {
 // runs the operator's image under restricted Pod Security, never restarts, and mounts only
 // the claim.
 func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.EtcdCluster, d *v1alpha1.PVCDestination, endpoint, member string) *corev1.Pod {
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: b.Namespace, Name: backupPodName(b.Name, b.Status.Attempts),
 			Labels: map[string]string{
@@ -176,4 +179,16 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.ClaimName}}}},
 		},
 	}
+	if clientTLSEnabled(c) {
+		// The pod presents the operator's client certificate, mounted from its Secret.
+		ctr := &pod.Spec.Containers[0]
+		ctr.Args = append(ctr.Args, "--tls-dir="+agentTLSPath)
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "client-tls", MountPath: agentTLSPath, ReadOnly: true})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "client-tls", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: operatorTLSSecret(c), DefaultMode: ptr.To(int32(0o440))}}})
+	}
+	return pod
 }
+
+// agentTLSPath is where backup pods mount the operator's client certificate.
+const agentTLSPath = "/etc/etcd-pilot/tls"

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -138,7 +139,10 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 		return r.takeToClaim(ctx, b, c, dest.PersistentVolumeClaim, now)
 	}
 
-	src, why, err := r.source(ctx, c)
+	src, tlsCfg, why, err := r.source(ctx, c)
+	if isTLSError(err) {
+		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, err.Error())
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -170,7 +174,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 
 	actx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
-	cl, err := r.DialEtcd(actx, []string{src.Endpoint})
+	cl, err := r.DialEtcd(actx, []string{src.Endpoint}, tlsCfg)
 	if err != nil {
 		return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, err.Error())
 	}
@@ -192,22 +196,29 @@ func (r *EtcdBackupReconciler) apiReader() ctrl.Reader {
 }
 
 // source observes the cluster's members and picks the one to take the snapshot from.
-func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, string, error) {
+func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, *tls.Config, string, error) {
 	desired, _ := Desired(r.Renderer, c)
 	t := topologyOf(c, desired)
+	if clientTLSEnabled(c) {
+		cfg, err := loadClientTLS(ctx, r.Client, r.apiReader(), c)
+		if err != nil {
+			return backupplan.Source{}, nil, "", err
+		}
+		t.tls = cfg
+	}
 	o := observation{}
 	if err := observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
-		return backupplan.Source{}, "", err
+		return backupplan.Source{}, nil, "", err
 	}
 	if o.etcd == nil {
 		why := "no member of the cluster answered with a member list"
 		if o.etcdErr != nil {
 			why += ": " + o.etcdErr.Error()
 		}
-		return backupplan.Source{}, why, nil
+		return backupplan.Source{}, nil, why, nil
 	}
 	src, why := backupplan.PickSource(*o.etcd, learnerMaxLag)
-	return src, why, nil
+	return src, t.tls, why, nil
 }
 
 // failureReason is the reason of the Complete condition for a snapshot that failed with f.

@@ -146,6 +146,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Secret{}).
 		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabel)).
 		Complete(r)
@@ -220,6 +221,21 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	obs.specErr = specErr
 
 	topo := topologyOf(c, desired)
+	if specErr == nil && !c.Spec.Paused {
+		// Certificates first: the members mount them, and the operator dials with its own.
+		cfg, err := r.reconcileTLS(ctx, c, topo)
+		switch {
+		case isTLSError(err):
+			specErr, obs.specErr = err, err
+		case err != nil:
+			return ctrl.Result{}, err
+		}
+		topo.tls = cfg
+	} else if clientTLSEnabled(c) {
+		// Paused, or a spec that cannot be rendered: no certificate is issued, but status is
+		// still read from etcd with the certificate there is.
+		topo.tls, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
+	}
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {
 		applyErr = r.ensureFoundingConfig(ctx, c, topo)
@@ -256,6 +272,10 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		return ctrl.Result{}, memberErr
 	case backupErr != nil:
 		return ctrl.Result{}, backupErr
+	case isTLSError(specErr):
+		// The user's Secrets are not watched: look again after a while.
+		logger.Info("TLS is not ready; looking again", "error", specErr.Error())
+		return ctrl.Result{RequeueAfter: userSecretRecheck}, nil
 	case specErr != nil:
 		logger.Info("spec cannot be rendered; waiting for it to change", "error", specErr.Error())
 		return ctrl.Result{}, nil

@@ -67,7 +67,7 @@ func (c *compactions) defragmentedSince(uid types.UID) map[uint64]bool {
 
 // maintenanceObservation builds the maintenance planner's view from this pass's etcd answers
 // and spec.maintenance. It asks etcd for the alarm list only when a member reports an alarm.
-func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, e *etcd.Observed, busy bool, now time.Time) maintenance.Observation {
+func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, busy bool, now time.Time) maintenance.Observation {
 	o := maintenance.Observation{MaxLag: learnerMaxLag, Busy: busy, CompactedRevision: r.compacted.get(c.UID),
 		DefragmentedSinceCompaction: r.compacted.defragmentedSince(c.UID)}
 	leader := e.Leader()
@@ -88,7 +88,7 @@ func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v
 		o.Members = append(o.Members, mm)
 	}
 	if alarmed {
-		if alarms, err := r.alarms(ctx, e); err == nil {
+		if alarms, err := r.alarms(ctx, t, e); err == nil {
 			for _, a := range alarms {
 				o.Alarms = append(o.Alarms, maintenance.Alarm{MemberID: a.MemberID, Type: a.Type})
 			}
@@ -116,14 +116,14 @@ func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v
 }
 
 // alarms asks the answering members for the cluster's alarm list.
-func (r *EtcdClusterReconciler) alarms(ctx context.Context, e *etcd.Observed) ([]etcd.Alarm, error) {
+func (r *EtcdClusterReconciler) alarms(ctx context.Context, t topology, e *etcd.Observed) ([]etcd.Alarm, error) {
 	var endpoints []string
 	for _, m := range e.Cluster.Members {
 		if _, ok := e.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
 			endpoints = append(endpoints, m.ClientURLs[0])
 		}
 	}
-	cl, err := r.DialEtcd(ctx, endpoints)
+	cl, err := r.DialEtcd(ctx, endpoints, t.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -135,11 +135,11 @@ func (r *EtcdClusterReconciler) alarms(ctx context.Context, e *etcd.Observed) ([
 
 // maintenanceStep asks the maintenance planner when membership and the rollout have nothing
 // to do (a) or only wait, and an alarm needs handling.
-func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, e *etcd.Observed, a plan.Step, now time.Time) plan.Step {
+func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, a plan.Step, now time.Time) plan.Step {
 	if e == nil || (a.Kind != plan.None && a.Kind != plan.Wait) {
 		return a
 	}
-	mo := r.maintenanceObservation(ctx, c, e, a.Kind != plan.None, now)
+	mo := r.maintenanceObservation(ctx, c, t, e, a.Kind != plan.None, now)
 	m := maintenance.Decide(mo)
 	if m.Kind == plan.None || (a.Kind == plan.Wait && len(mo.Alarms) == 0) {
 		return a

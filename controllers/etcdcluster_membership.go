@@ -84,7 +84,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		}
 		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 	}
-	a = r.maintenanceStep(ctx, c, mo.Etcd, a, mo.Now)
+	a = r.maintenanceStep(ctx, c, t, mo.Etcd, a, mo.Now)
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
@@ -542,7 +542,7 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 			endpoints = append(endpoints, m.ClientURLs[0])
 		}
 	}
-	cl, err := r.DialEtcd(ctx, endpoints)
+	cl, err := r.DialEtcd(ctx, endpoints, t.tls)
 	if err != nil {
 		return err
 	}

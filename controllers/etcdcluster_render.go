@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net/url"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -64,6 +66,17 @@ type topology struct {
 	selector    labels.Selector
 	// peerURLTemplate is the advertised peer URL with $(POD_NAME) in it.
 	peerURLTemplate string
+	// clientScheme is http or https, from the advertised client URL.
+	clientScheme string
+	// domainSuffix is what follows a pod's name in its DNS name
+	// (<service>.<namespace>.svc.<cluster domain>); clusterDomain the last part of it.
+	domainSuffix  string
+	clusterDomain string
+	// clientService is the name of the client Service.
+	clientService string
+	// tls is what the operator dials the client port with (nil: plain HTTP), set by
+	// reconcileTLS.
+	tls *tls.Config
 }
 
 // topologyOf reads the topology from the rendered StatefulSet, falling back to the chart's
@@ -73,6 +86,18 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
 		peerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
 		selector:        labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
+		clientScheme:    "http", clientService: c.Name + "-client", clusterDomain: "cluster.local",
+		domainSuffix: fmt.Sprintf("%s.%s.svc.cluster.local", c.Name, c.Namespace),
+	}
+	if clientTLSEnabled(c) {
+		t.clientScheme = "https"
+	}
+	for _, o := range desired {
+		if o.GetKind() == "Service" {
+			if ip, _, _ := unstructuredv1.NestedString(o.Object, "spec", "clusterIP"); ip != "None" {
+				t.clientService = o.GetName()
+			}
+		}
 	}
 	for _, o := range desired {
 		if o.GetKind() != "StatefulSet" {
@@ -93,6 +118,16 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 				if v, ok := strings.CutPrefix(a, "--initial-advertise-peer-urls="); ok {
 					t.peerURLTemplate = strings.Split(v, ",")[0]
 				}
+				if v, ok := strings.CutPrefix(a, "--advertise-client-urls="); ok {
+					if u, err := url.Parse(strings.Split(v, ",")[0]); err == nil {
+						t.clientScheme = u.Scheme
+						if host, ok := strings.CutPrefix(u.Hostname(), "$(POD_NAME)."); ok {
+							t.domainSuffix = host
+							short := fmt.Sprintf("%s.%s.svc", sts.Spec.ServiceName, sts.Namespace)
+							t.clusterDomain = strings.TrimPrefix(strings.TrimPrefix(host, short), ".")
+						}
+					}
+				}
 			}
 			for _, p := range ctr.Ports {
 				if p.Name == "client" {
@@ -106,7 +141,7 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 
 // endpoint is the client URL of a member pod, by its stable DNS name.
 func (t topology) endpoint(pod string) string {
-	return fmt.Sprintf("http://%s.%s.%s.svc:%d", pod, t.service, t.namespace, t.clientPort)
+	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", t.clientScheme, pod, t.service, t.namespace, t.clientPort)
 }
 
 func specReplicas(c *v1alpha1.EtcdCluster) int32 {

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,7 +80,7 @@ func TestRestore(t *testing.T) {
 		h.r = &controllers.EtcdClusterReconciler{
 			Client: renv.Client, Scheme: renv.Scheme, Renderer: renderer, Recorder: h.recorder,
 			// No member ever runs in these tests: etcd is never reachable.
-			DialEtcd: func(context.Context, []string) (etcd.Client, error) {
+			DialEtcd: func(context.Context, []string, *tls.Config) (etcd.Client, error) {
 				return nil, errors.New("no etcd in the restore tests")
 			},
 			EtcdTimeout: time.Second, AgentImage: restoreAgentImage,

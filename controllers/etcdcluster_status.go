@@ -115,7 +115,7 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 		o.etcdErr = errors.New("no member pod runs etcd with its listeners up")
 		return nil
 	}
-	cl, err := dial(ctx, endpoints)
+	cl, err := dial(ctx, endpoints, t.tls)
 	if err != nil {
 		o.etcdErr = err
 		return nil
@@ -402,6 +402,9 @@ func specErrReason(err error) string {
 	var ve *values.VersionError
 	if errors.As(err, &ve) {
 		return v1alpha1.ReasonVersionRefused
+	}
+	if isTLSError(err) {
+		return v1alpha1.ReasonTLSNotReady
 	}
 	return v1alpha1.ReasonInvalidSpec
 }

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -95,7 +96,7 @@ func (f *fakeEtcds) set(ns string, fake *etcd.Fake) {
 }
 
 // dial finds the namespace in the first endpoint (http://<pod>.<svc>.<ns>.svc:port).
-func (f *fakeEtcds) dial(_ context.Context, endpoints []string) (etcd.Client, error) {
+func (f *fakeEtcds) dial(_ context.Context, endpoints []string, _ *tls.Config) (etcd.Client, error) {
 	host := strings.TrimPrefix(endpoints[0], "http://")
 	parts := strings.Split(host, ".")
 	if len(parts) < 3 {

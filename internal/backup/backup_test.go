@@ -27,7 +27,7 @@ import (
 // dial returns an etcd.Client for ep, closed when the test ends.
 func dial(t testing.TB, ep string) etcd.Client {
 	t.Helper()
-	c, err := etcd.Dial(context.Background(), []string{ep})
+	c, err := etcd.Dial(context.Background(), []string{ep}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

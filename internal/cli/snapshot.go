@@ -2,12 +2,15 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
@@ -32,6 +35,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	key := fs.String("key", "", "path of the snapshot file under --dir")
 	report := fs.String("report", "/dev/termination-log", "file the JSON report is written to (empty: stdout only)")
 	timeout := fs.Duration("timeout", time.Hour, "time limit of the whole snapshot")
+	tlsDir := fs.String("tls-dir", "", "folder with the client certificate to present (tls.crt, tls.key) and the CA to trust (ca.crt), for an https endpoint")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,12 +45,37 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rep, err := takeSnapshot(ctx, *endpoint, *member, *dir, *key)
+	var tlsCfg *tls.Config
+	if *tlsDir != "" {
+		var err error
+		if tlsCfg, err = loadTLSDir(*tlsDir); err != nil {
+			return writeReport(stdout, *report, backup.Report{Failure: backup.FailedSnapshot, Error: err.Error()}, err)
+		}
+	}
+	rep, err := takeSnapshot(ctx, *endpoint, *member, *dir, *key, tlsCfg)
 	return writeReport(stdout, *report, rep, err)
 }
 
-func takeSnapshot(ctx context.Context, endpoint, member, dir, key string) (backup.Report, error) {
-	cl, err := etcd.Dial(ctx, []string{endpoint})
+// loadTLSDir reads a client certificate (tls.crt, tls.key) and the CA to trust (ca.crt) from
+// a mounted kubernetes.io/tls Secret.
+func loadTLSDir(dir string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to load the client certificate from %s: %w", dir, err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no certificate", filepath.Join(dir, "ca.crt"))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+func takeSnapshot(ctx context.Context, endpoint, member, dir, key string, tlsCfg *tls.Config) (backup.Report, error) {
+	cl, err := etcd.Dial(ctx, []string{endpoint}, tlsCfg)
 	if err != nil {
 		return backup.Report{Failure: backup.FailedSnapshot, Error: err.Error()}, err
 	}

@@ -6,6 +6,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,33 +141,47 @@ type Alarm struct {
 	Type     string
 }
 
-// Dialer opens a Client for a set of client URLs. Controllers take a Dialer so tests can hand
-// them a fake.
-type Dialer func(ctx context.Context, endpoints []string) (Client, error)
+// Dialer opens a Client for a set of client URLs, over TLS with tlsConfig when it is not nil
+// (the client certificate the operator presents and the CAs it trusts; https endpoints need
+// it). Controllers take a Dialer so tests can hand them a fake.
+type Dialer func(ctx context.Context, endpoints []string, tlsConfig *tls.Config) (Client, error)
 
 // DialTimeout bounds the connection attempt to each endpoint.
 const DialTimeout = 2 * time.Second
 
 // Dial is the Dialer backed by clientv3.
-func Dial(_ context.Context, endpoints []string) (Client, error) {
+func Dial(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("failed to dial etcd: no endpoints")
+	}
+	for _, e := range endpoints {
+		if strings.HasPrefix(e, "https://") && tlsConfig == nil {
+			return nil, fmt.Errorf("failed to dial etcd at %s: the endpoint needs TLS and no client certificate was given", e)
+		}
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          DialTimeout,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
+		TLS:                  tlsConfig,
 		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to dial etcd at %v: %w", endpoints, err)
 	}
-	return &client{c: c}, nil
+	h := versionHTTP
+	if tlsConfig != nil {
+		h = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, TLSClientConfig: tlsConfig.Clone()}}
+	}
+	return &client{c: c, http: h, tls: tlsConfig}, nil
 }
 
 type client struct {
 	c *clientv3.Client
+	// http reads /version, over TLS with the client certificate when the cluster has one.
+	http *http.Client
+	tls  *tls.Config
 }
 
 func (c *client) MemberList(ctx context.Context) (Cluster, error) {
@@ -196,7 +211,7 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 	}
 	// The cluster version is not part of the status reply; every member serves it on its
 	// client URL's /version. A failure there leaves it empty and is not the member's health.
-	if v, err := versionOf(ctx, endpoint); err == nil {
+	if v, err := versionOf(ctx, c.http, endpoint); err == nil {
 		st.ClusterVersion = v.Cluster
 	}
 	return st, nil
@@ -210,13 +225,13 @@ type versionReply struct {
 	Cluster string `json:"etcdcluster"`
 }
 
-func versionOf(ctx context.Context, endpoint string) (versionReply, error) {
+func versionOf(ctx context.Context, h *http.Client, endpoint string) (versionReply, error) {
 	var v versionReply
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+"/version", nil)
 	if err != nil {
 		return v, err
 	}
-	resp, err := versionHTTP.Do(req)
+	resp, err := h.Do(req)
 	if err != nil {
 		return v, err
 	}
@@ -253,7 +268,7 @@ func (c *client) Remove(ctx context.Context, id uint64) error {
 }
 
 func (c *client) MoveLeader(ctx context.Context, leaderEndpoint string, transferee uint64) error {
-	lc, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderEndpoint}, DialTimeout: DialTimeout, Logger: zap.NewNop()})
+	lc, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderEndpoint}, DialTimeout: DialTimeout, TLS: c.tls, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("failed to dial etcd leader %s: %w", leaderEndpoint, err)
 	}

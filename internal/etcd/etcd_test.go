@@ -24,7 +24,7 @@ func TestClientAgainstRealEtcd(t *testing.T) {
 	ep := etcdproc.Start(t, "127.0.31.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := etcd.Dial(ctx, []string{ep})
+	c, err := etcd.Dial(ctx, []string{ep}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestClientAgainstRealEtcd(t *testing.T) {
 
 func TestObserveFailsWithoutAnyMember(t *testing.T) {
 	ctx := context.Background()
-	c, err := etcd.Dial(ctx, []string{"http://127.0.31.9:2379"})
+	c, err := etcd.Dial(ctx, []string{"http://127.0.31.9:2379"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestSnapshotOfAMember(t *testing.T) {
 	ep := etcdproc.Start(t, "127.0.41.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := etcd.Dial(ctx, []string{ep})
+	c, err := etcd.Dial(ctx, []string{ep}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestDefragmentShrinksTheDatabase(t *testing.T) {
 	ep := etcdproc.Start(t, "127.0.41.2")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := etcd.Dial(ctx, []string{ep})
+	c, err := etcd.Dial(ctx, []string{ep}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestNoSpaceAlarm(t *testing.T) {
 	ep := etcdproc.Start(t, "127.0.41.3", fmt.Sprintf("--quota-backend-bytes=%d", 16<<20))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := etcd.Dial(ctx, []string{ep})
+	c, err := etcd.Dial(ctx, []string{ep}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

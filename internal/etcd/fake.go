@@ -3,6 +3,7 @@ package etcd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"sync"
@@ -41,7 +42,7 @@ type Fake struct {
 
 // FakeDialer returns a Dialer that always hands out f.
 func FakeDialer(f *Fake) Dialer {
-	return func(context.Context, []string) (Client, error) { return f, nil }
+	return func(context.Context, []string, *tls.Config) (Client, error) { return f, nil }
 }
 
 func (f *Fake) count(name string) {

@@ -82,8 +82,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		&corev1.ConfigMap{}:             {Label: managed},
 		&corev1.Pod{}:                   {Label: managed},
 		&corev1.PersistentVolumeClaim{}: {Label: member},
-		// Secrets are never cached: the credentials of a backup destination are read one by
-		// one, by name, from the API server.
+		// Only the Secrets the operator writes (its CA and certificates) are cached; the
+		// credentials of a backup destination and the certificates a user provides are read
+		// one by one, by name, from the API server.
+		&corev1.Secret{}: {Label: managed},
 	}
 	cacheOpts := cache.Options{ByObject: byObject}
 	if o.WatchNamespace != "" {

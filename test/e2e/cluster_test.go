@@ -80,7 +80,11 @@ func waitCondition(t testing.TB, ns, typ string, status metav1.ConditionStatus, 
 }
 
 func endpoint(ns string, ordinal int) string {
-	return fmt.Sprintf("http://etcd-%d.etcd.%s.svc:2379", ordinal, ns)
+	scheme := "http"
+	if clientTLSOf(ns) != nil {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://etcd-%d.etcd.%s.svc:2379", scheme, ordinal, ns)
 }
 
 func endpoints(ns string, n int) string {

@@ -80,6 +80,7 @@ func etcdClient(t testing.TB, ns string, n int) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   strings.Split(endpoints(ns, n), ","),
+		TLS:         clientTLSOf(ns),
 		DialTimeout: 2 * time.Second,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)},
 		Logger:      zap.NewNop(),

@@ -1,0 +1,374 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+)
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+
+// Defaults of the certificates the operator issues.
+const (
+	defaultCertificateDuration = 90 * 24 * time.Hour
+	caValidity                 = 10 * 365 * 24 * time.Hour
+	// userSecretRecheck is how often Secrets the user provides are read again while they are
+	// missing or invalid (they carry no label, so the operator does not watch them).
+	userSecretRecheck = 10 * time.Second
+)
+
+// TLSError is a TLS setting the operator cannot use yet: a Secret the user provides that is
+// missing or invalid, or a CA Secret that cannot be read. The message says what to fix.
+type TLSError struct{ Msg string }
+
+func (e *TLSError) Error() string { return e.Msg }
+
+// clientTLSEnabled reports whether the cluster serves its client port over TLS.
+func clientTLSEnabled(c *v1alpha1.EtcdCluster) bool {
+	return c.Spec.TLS != nil && c.Spec.TLS.Client != nil
+}
+
+// reconcileTLS makes sure the certificates of spec.tls exist (issuing or renewing those the
+// operator keeps), records their expiry in status, and returns the TLS configuration the
+// operator dials the members' client port with (nil when the client port is plain).
+func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (*tls.Config, error) {
+	spec := c.Spec.TLS
+	if spec == nil || (spec.Peer == nil && spec.Client == nil) {
+		c.Status.Certificates = nil
+		return nil, nil
+	}
+	now := time.Now()
+	var expiries []certificates.Expiry
+	if want, ok := operatorCertificates(c, t); ok {
+		observed := map[string]certificates.Material{}
+		names := []string{want.CASecret}
+		for _, l := range want.Leaves {
+			names = append(names, l.Secret)
+		}
+		for _, n := range names {
+			m, ok, err := r.readTLSSecret(ctx, r.Client, c.Namespace, n)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				observed[n] = m
+			}
+		}
+		steps, exp, problem := certificates.Plan(want, observed, now)
+		if problem != nil {
+			return nil, &TLSError{Msg: problem.Error()}
+		}
+		for _, s := range steps {
+			if err := r.issue(ctx, c, want, s, observed, now); err != nil {
+				return nil, err
+			}
+		}
+		if len(steps) > 0 {
+			// Read back what was written, for the expiry in status.
+			_, exp, _ = certificates.Plan(want, observed, now)
+		}
+		expiries = exp
+	}
+	if spec.Client == nil {
+		c.Status.Certificates = certificateStatus(expiries)
+		return nil, nil
+	}
+	cfg, exp, err := r.clientTLSConfig(ctx, c, now)
+	if err != nil {
+		return nil, err
+	}
+	expiries = append(expiries, exp...)
+	c.Status.Certificates = certificateStatus(expiries)
+	return cfg, nil
+}
+
+// operatorCertificates is what the Operator source asks for: the CA and the leaves of the
+// sides whose source is Operator. ok is false when no side's source is Operator.
+func operatorCertificates(c *v1alpha1.EtcdCluster, t topology) (certificates.Want, bool) {
+	spec := c.Spec.TLS
+	want := certificates.Want{
+		CASecret: v1alpha1.CASecretName(c.Name), CACommonName: fmt.Sprintf("etcd-pilot CA of %s/%s", c.Namespace, c.Name),
+		CAValidity: caValidity,
+	}
+	validity := defaultCertificateDuration
+	if d := spec.CertificateDuration; d != nil && d.Duration > 0 {
+		validity = d.Duration
+	}
+	if d := spec.RenewBefore; d != nil && d.Duration > 0 && d.Duration < validity {
+		want.RenewBefore = d.Duration
+	}
+	dns, ips := memberNames(c, t)
+	if p := spec.Peer; p != nil && p.Source != v1alpha1.TLSSourceSecret {
+		want.Leaves = append(want.Leaves, certificates.Leaf{Secret: v1alpha1.PeerTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: c.Name + "-peer", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}})
+	}
+	if cl := spec.Client; cl != nil && cl.Source != v1alpha1.TLSSourceSecret {
+		// etcd's gRPC gateway dials the member itself with the server certificate, so it is
+		// valid for client authentication too.
+		want.Leaves = append(want.Leaves,
+			certificates.Leaf{Secret: v1alpha1.ServerTLSSecretName(c.Name), Request: certs.Request{
+				CommonName: c.Name + "-server", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}},
+			certificates.Leaf{Secret: v1alpha1.OperatorTLSSecretName(c.Name), Request: certs.Request{
+				CommonName: OperatorCommonName, Client: true, Validity: validity}})
+	}
+	return want, len(want.Leaves) > 0
+}
+
+// OperatorCommonName is the subject common name of the client certificate the operator
+// presents (etcd takes it as the user name when authentication is on).
+const OperatorCommonName = "etcd-pilot"
+
+// memberNames are the names a member is reached by: every pod's DNS name (a wildcard below
+// the headless Service, with and without the cluster domain), the client Service's names, and
+// spec.tls.extraSANs (IP addresses among them go in as IPs).
+func memberNames(c *v1alpha1.EtcdCluster, t topology) ([]string, []net.IP) {
+	short := fmt.Sprintf("%s.%s.svc", t.service, t.namespace)
+	dns := []string{"*." + short}
+	if t.domainSuffix != "" && t.domainSuffix != short {
+		dns = append(dns, "*."+t.domainSuffix)
+	}
+	client := t.clientService
+	dns = append(dns, client, client+"."+t.namespace, client+"."+t.namespace+".svc")
+	if t.clusterDomain != "" {
+		dns = append(dns, client+"."+t.namespace+".svc."+t.clusterDomain)
+	}
+	var ips []net.IP
+	for _, s := range c.Spec.TLS.ExtraSANs {
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, s)
+		}
+	}
+	return dns, ips
+}
+
+// issue carries out one certificate step: it writes the Secret and updates observed.
+func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want certificates.Want, s certificates.Step, observed map[string]certificates.Material, now time.Time) error {
+	var m certificates.Material
+	switch s.Kind {
+	case certificates.CreateCA:
+		ca, err := certs.NewCA(want.CACommonName, now, want.CAValidity)
+		if err != nil {
+			return err
+		}
+		m = certificates.Material{Cert: ca.Cert, Key: ca.Key, CA: ca.Cert}
+	case certificates.IssueLeaf:
+		caMat, ok := observed[want.CASecret]
+		if !ok {
+			return fmt.Errorf("failed to issue %s: the CA Secret %s is missing", s.Secret, want.CASecret)
+		}
+		pair, err := certs.Issue(certs.KeyPair{Cert: caMat.Cert, Key: caMat.Key}, s.Leaf.Request, now)
+		if err != nil {
+			return err
+		}
+		bundle := caMat.CA
+		if len(bundle) == 0 {
+			bundle = caMat.Cert
+		}
+		m = certificates.Material{Cert: pair.Cert, Key: pair.Key, CA: bundle}
+	default:
+		return fmt.Errorf("unknown certificate step %q", s.Kind)
+	}
+	if err := r.writeTLSSecret(ctx, c, s.Secret, m); err != nil {
+		return err
+	}
+	observed[s.Secret] = m
+	what := "Issued"
+	if s.Reason != certificates.ReasonMissing {
+		what = "Renewed"
+	}
+	// Names of Secrets only: never their contents.
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Certificate"+what, string(s.Kind), "%s the certificate in Secret %s (%s)", what, s.Secret, s.Reason)
+	if r.AfterStep != nil {
+		r.AfterStep(string(s.Kind))
+	}
+	return nil
+}
+
+// writeTLSSecret creates or replaces a kubernetes.io/tls Secret the operator keeps, owned by
+// the cluster and labelled so the operator's cache sees it.
+func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, name string, m certificates.Material) error {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: c.Namespace,
+			Labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{certs.CertKey: m.Cert, certs.KeyKey: m.Key, certs.CAKey: m.CA},
+	}
+	err := r.Client.Create(ctx, sec)
+	if apierrors.IsAlreadyExists(err) {
+		cur := &corev1.Secret{}
+		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur); err != nil {
+			return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
+		}
+		if cur.Type != corev1.SecretTypeTLS {
+			return &TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not of type kubernetes.io/tls: the operator keeps this name for its certificates; rename or delete that Secret", c.Namespace, name)}
+		}
+		cur.Labels, cur.Data = sec.Labels, sec.Data
+		if len(cur.OwnerReferences) == 0 {
+			cur.OwnerReferences = sec.OwnerReferences
+		}
+		err = r.Client.Update(ctx, cur)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to write Secret %s/%s: %w", c.Namespace, name, err)
+	}
+	return nil
+}
+
+// readTLSSecret reads tls.crt, tls.key and ca.crt of a Secret; ok is false when it does not
+// exist.
+func (r *EtcdClusterReconciler) readTLSSecret(ctx context.Context, rd client.Reader, namespace, name string) (certificates.Material, bool, error) {
+	s := &corev1.Secret{}
+	err := rd.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		return certificates.Material{}, false, nil
+	}
+	if err != nil {
+		return certificates.Material{}, false, fmt.Errorf("failed to get Secret %s/%s: %w", namespace, name, err)
+	}
+	return certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey]}, true, nil
+}
+
+// clientTLSConfig builds the TLS configuration the operator dials the cluster with, from the
+// client certificate it presents (its own Secret, or the user's operatorSecretName), and, for
+// Secrets the user provides, checks them and returns their expiry.
+func (r *EtcdClusterReconciler) clientTLSConfig(ctx context.Context, c *v1alpha1.EtcdCluster, now time.Time) (*tls.Config, []certificates.Expiry, error) {
+	cl := c.Spec.TLS.Client
+	var exp []certificates.Expiry
+	if cl.Source == v1alpha1.TLSSourceSecret {
+		var checks []userSecret
+		if p := c.Spec.TLS.Peer; p != nil && p.Source == v1alpha1.TLSSourceSecret {
+			checks = append(checks, userSecret{p.SecretName, "tls.peer.secretName", true, true})
+		}
+		checks = append(checks, userSecret{cl.SecretName, "tls.client.secretName", true, false})
+		for _, u := range checks {
+			m, err := r.checkUserSecret(ctx, c.Namespace, u, now)
+			if err != nil {
+				return nil, nil, err
+			}
+			exp = append(exp, m)
+		}
+	} else if p := c.Spec.TLS.Peer; p != nil && p.Source == v1alpha1.TLSSourceSecret {
+		m, err := r.checkUserSecret(ctx, c.Namespace, userSecret{p.SecretName, "tls.peer.secretName", true, true}, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		exp = append(exp, m)
+	}
+	cfg, leaf, err := buildClientTLS(ctx, r.Client, r.apiReader(), c, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cl.Source == v1alpha1.TLSSourceSecret {
+		exp = append(exp, certificates.Expiry{Secret: cl.OperatorSecretName, NotAfter: leaf.NotAfter})
+	}
+	return cfg, exp, nil
+}
+
+// userSecret is a Secret the user provides, and what it must be valid for.
+type userSecret struct {
+	name, field    string
+	server, client bool
+}
+
+// checkUserSecret checks that a Secret the user provides holds a certificate and key that
+// chain to its ca.crt, valid for the usage asked, and returns its expiry.
+func (r *EtcdClusterReconciler) checkUserSecret(ctx context.Context, namespace string, u userSecret, now time.Time) (certificates.Expiry, error) {
+	m, ok, err := r.readTLSSecret(ctx, r.apiReader(), namespace, u.name)
+	if err != nil {
+		return certificates.Expiry{}, err
+	}
+	if !ok {
+		return certificates.Expiry{}, &TLSError{Msg: fmt.Sprintf("Secret %s/%s (spec.%s) does not exist: create it with tls.crt, tls.key and ca.crt", namespace, u.name, u.field)}
+	}
+	if err := certs.Verify(certs.KeyPair{Cert: m.Cert, Key: m.Key}, m.CA, u.server, u.client, now); err != nil {
+		return certificates.Expiry{}, &TLSError{Msg: fmt.Sprintf("Secret %s/%s (spec.%s) cannot be used: %v", namespace, u.name, u.field, err)}
+	}
+	leaf, _ := certs.Parse(m.Cert)
+	return certificates.Expiry{Secret: u.name, NotAfter: leaf.NotAfter}, nil
+}
+
+// certificateStatus turns expiries into status.certificates.
+func certificateStatus(exp []certificates.Expiry) []v1alpha1.CertificateStatus {
+	var out []v1alpha1.CertificateStatus
+	for _, e := range exp {
+		s := v1alpha1.CertificateStatus{Secret: e.Secret, NotAfter: metav1.NewTime(e.NotAfter.UTC().Truncate(time.Second))}
+		if !e.RenewAt.IsZero() {
+			s.RenewAt = ptr.To(metav1.NewTime(e.RenewAt.UTC().Truncate(time.Second)))
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// isTLSError reports whether err is a TLSError.
+func isTLSError(err error) bool {
+	var te *TLSError
+	return errors.As(err, &te)
+}
+
+// operatorTLSSecret is the Secret with the client certificate the operator presents to c.
+func operatorTLSSecret(c *v1alpha1.EtcdCluster) string {
+	if cl := c.Spec.TLS.Client; cl != nil && cl.Source == v1alpha1.TLSSourceSecret {
+		return cl.OperatorSecretName
+	}
+	return v1alpha1.OperatorTLSSecretName(c.Name)
+}
+
+// loadClientTLS reads the operator's client certificate for c (from the cache for its own
+// Secret, past it for the user's) into the TLS configuration it dials the members with.
+func loadClientTLS(ctx context.Context, cached, api client.Reader, c *v1alpha1.EtcdCluster) (*tls.Config, error) {
+	cfg, _, err := buildClientTLS(ctx, cached, api, c, time.Now())
+	return cfg, err
+}
+
+// buildClientTLS is loadClientTLS that also returns the client certificate.
+func buildClientTLS(ctx context.Context, cached, api client.Reader, c *v1alpha1.EtcdCluster, now time.Time) (*tls.Config, *x509.Certificate, error) {
+	name, rd := operatorTLSSecret(c), cached
+	if c.Spec.TLS.Client.Source == v1alpha1.TLSSourceSecret {
+		// The user's Secrets carry no label of ours: read them past the cache.
+		rd = api
+	}
+	s := &corev1.Secret{}
+	err := rd.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s with the operator's client certificate does not exist", c.Namespace, name)}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
+	}
+	m := certs.KeyPair{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey]}
+	if err := certs.Verify(m, s.Data[certs.CAKey], false, true, now); err != nil {
+		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s cannot serve as the operator's client certificate: %v (it needs tls.crt valid for client authentication, its tls.key, and ca.crt with the CA that signed it and the members' server certificate)", c.Namespace, name, err)}
+	}
+	pair, err := tls.X509KeyPair(m.Cert, m.Key)
+	if err != nil {
+		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s: %v", c.Namespace, name, err)}
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.Data[certs.CAKey])
+	leaf, _ := certs.Parse(m.Cert)
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, leaf, nil
+}

@@ -1,0 +1,264 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+)
+
+// clientTLS holds, per namespace, the client certificate tests present to a cluster whose
+// client port is TLS: etcdClient and endpoint use it.
+var clientTLS sync.Map
+
+func clientTLSOf(ns string) *tls.Config {
+	if v, ok := clientTLS.Load(ns); ok {
+		return v.(*tls.Config)
+	}
+	return nil
+}
+
+// localSANs are the extra SANs of the e2e TLS clusters. A member of the local cluster dials
+// its peers from 127.0.0.1 (its processes share the machine's network; only the listeners
+// are on the pod IP), and etcd checks a peer's certificate against the address it connects
+// from. In a real cluster a peer connects from its pod IP, whose reverse DNS name the pod DNS
+// wildcard covers.
+var localSANs = []string{"127.0.0.1"}
+
+// userCert is a client certificate for a user of the cluster, issued from the CA in the
+// Secret caSecret (the operator's CA, or the test's own), written to files for etcdctl.
+type userCert struct {
+	dir      string
+	tls      *tls.Config
+	ca, c, k string
+}
+
+func issueUserCert(t testing.TB, ca certs.KeyPair, bundle []byte, cn string) userCert {
+	t.Helper()
+	pair, err := certs.Issue(ca, certs.Request{CommonName: cn, Client: true, Validity: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := t.TempDir()
+	u := userCert{dir: d, ca: filepath.Join(d, "ca.crt"), c: filepath.Join(d, "tls.crt"), k: filepath.Join(d, "tls.key")}
+	for f, b := range map[string][]byte{u.ca: bundle, u.c: pair.Cert, u.k: pair.Key} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kp, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(bundle)
+	u.tls = &tls.Config{Certificates: []tls.Certificate{kp}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return u
+}
+
+func getSecret(t testing.TB, ns, name string) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkTLSFromEtcd reads, from etcd itself, that every member advertises https peer and client
+// URLs, and that etcdctl is refused without a client certificate and served with one.
+func checkTLSFromEtcd(t *testing.T, ns string, n int, u userCert) {
+	t.Helper()
+	cli := etcdClient(t, ns, n)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ml.Members) != n {
+		t.Fatalf("%d members, want %d", len(ml.Members), n)
+	}
+	for _, m := range ml.Members {
+		for _, u := range append(append([]string{}, m.PeerURLs...), m.ClientURLs...) {
+			if !strings.HasPrefix(u, "https://") {
+				t.Fatalf("member %s advertises %s: not TLS", m.Name, u)
+			}
+		}
+	}
+	ep := endpoint(ns, 0)
+	if out, err := etcdctl(t, "--endpoints", ep, "--cacert", u.ca, "put", "anonymous", "x"); err == nil {
+		t.Fatalf("etcdctl without a client certificate was served: %s", out)
+	} else {
+		t.Logf("without a client certificate: refused (%s)", lastLine(out))
+	}
+	plain := strings.Replace(ep, "https://", "http://", 1)
+	if out, err := etcdctl(t, "--endpoints", plain, "put", "plain", "x"); err == nil {
+		t.Fatalf("plain HTTP was served: %s", out)
+	}
+	if out, err := etcdctl(t, "--endpoints", ep, "--cacert", u.ca, "--cert", u.c, "--key", u.k, "put", "with-cert", "ok"); err != nil {
+		t.Fatalf("etcdctl with a client certificate: %v: %s", err, out)
+	}
+	out, err := etcdctl(t, "--endpoints", endpoints(ns, n), "--cacert", u.ca, "--cert", u.c, "--key", u.k, "get", "with-cert", "--print-value-only")
+	if err != nil || strings.TrimSpace(out) != "ok" {
+		t.Fatalf("read back with a client certificate: %v: %q", err, out)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// noSecretInEvents checks that no event of ns carries certificate or key material.
+func noSecretInEvents(t *testing.T, ns string) {
+	t.Helper()
+	evs := &corev1.EventList{}
+	if err := k8s.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, "BEGIN ") {
+			t.Fatalf("event %s carries PEM material: %s", e.Name, e.Message)
+		}
+	}
+}
+
+func TestTLSClusterWithOperatorIssuedCertificates(t *testing.T) {
+	ns := namespace(t)
+	start := time.Now()
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)),
+		TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs}})
+	t.Logf("3 TLS members Available after %s", time.Since(start).Round(time.Millisecond))
+
+	// A user mints a client certificate from the cluster's CA.
+	caSec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
+	u := issueUserCert(t, certs.KeyPair{Cert: caSec.Data["tls.crt"], Key: caSec.Data["tls.key"]}, caSec.Data["ca.crt"], "e2e-user")
+	clientTLS.Store(ns, u.tls)
+	t.Cleanup(func() { clientTLS.Delete(ns) })
+
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+	checkTLSFromEtcd(t, ns, 3, u)
+
+	// The certificates' expiry is in status, read from the Secrets.
+	c := getCluster(t, ns)
+	secrets := map[string]bool{}
+	for _, s := range c.Status.Certificates {
+		secrets[s.Secret] = true
+		if !s.NotAfter.After(time.Now()) {
+			t.Fatalf("certificate %s expired: %v", s.Secret, s.NotAfter)
+		}
+	}
+	for _, name := range []string{"etcd-ca", "etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"} {
+		if !secrets[name] {
+			t.Fatalf("status.certificates lacks %s: %+v", name, c.Status.Certificates)
+		}
+	}
+
+	// A deleted leaf Secret is issued again from the same CA, and the cluster keeps serving.
+	peer := getSecret(t, ns, "etcd-peer-tls")
+	if err := k8s.Delete(context.Background(), peer); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the peer certificate is issued again", func() error {
+		s := &corev1.Secret{}
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "etcd-peer-tls"}, s); err != nil {
+			return err
+		}
+		if s.UID == peer.UID {
+			return fmt.Errorf("still the old Secret")
+		}
+		return certs.Verify(certs.KeyPair{Cert: s.Data["tls.crt"], Key: s.Data["tls.key"]}, caSec.Data["ca.crt"], true, true, time.Now())
+	})
+	w.waitAcked(t, 50)
+	noSecretInEvents(t, ns)
+	w.finish(t, ns, 3)
+	t.Logf("longest write gap %s", w.longestGap().Round(time.Millisecond))
+}
+
+func TestTLSClusterWithUserSecrets(t *testing.T) {
+	ns := namespace(t)
+	now := time.Now()
+	ca, err := certs.NewCA("user CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"*.etcd." + ns + ".svc", "*.etcd." + ns + ".svc.cluster.local", "etcd-client." + ns + ".svc"}
+	issue := func(name string, r certs.Request) {
+		p, err := certs.Issue(ca, r, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": p.Cert, "tls.key": p.Key, "ca.crt": ca.Cert}}
+		if err := k8s.Create(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue("my-peer", certs.Request{CommonName: "peer", DNSNames: names, IPs: parseIPs(localSANs), Server: true, Client: true, Validity: time.Hour})
+	issue("my-server", certs.Request{CommonName: "server", DNSNames: names, Server: true, Client: true, Validity: time.Hour})
+
+	// The operator's client Secret is missing: the cluster says so and applies nothing.
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns}, Spec: v1alpha1.EtcdClusterSpec{
+		Replicas: ptr.To(int32(3)),
+		TLS: &v1alpha1.TLSSpec{
+			Peer:   &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "my-peer"},
+			Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "my-server", OperatorSecretName: "my-operator"},
+		}}}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "Degraded TLSNotReady naming the missing Secret", func() error {
+		c := getCluster(t, ns)
+		d := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded)
+		if d == nil || d.Reason != v1alpha1.ReasonTLSNotReady || !strings.Contains(d.Message, "my-operator") {
+			return fmt.Errorf("Degraded is %+v", d)
+		}
+		return nil
+	})
+	if sts := (&corev1.PodList{}); k8s.List(context.Background(), sts, client.InNamespace(ns)) == nil && len(sts.Items) > 0 {
+		t.Fatalf("pods were created before the TLS Secrets were complete: %d", len(sts.Items))
+	}
+	issue("my-operator", certs.Request{CommonName: "etcd-pilot", Client: true, Validity: time.Hour})
+	waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
+
+	u := issueUserCert(t, ca, ca.Cert, "e2e-user")
+	clientTLS.Store(ns, u.tls)
+	t.Cleanup(func() { clientTLS.Delete(ns) })
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+	checkTLSFromEtcd(t, ns, 3, u)
+	w.finish(t, ns, 3)
+
+	got := getCluster(t, ns).Status.Certificates
+	if len(got) != 3 {
+		t.Fatalf("status.certificates: %+v", got)
+	}
+}
+
+func parseIPs(ss []string) []net.IP {
+	var out []net.IP
+	for _, s := range ss {
+		out = append(out, net.ParseIP(s))
+	}
+	return out
+}
