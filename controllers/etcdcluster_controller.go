@@ -301,6 +301,14 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			next = a.RequeueAfter
 		}
 	}
+	// A certificate due for renewal is renewed on time, not a requeue interval later.
+	for _, cs := range c.Status.Certificates {
+		if cs.RenewAt != nil {
+			if d := time.Until(cs.RenewAt.Time) + time.Second; d < next {
+				next = max(d, time.Second)
+			}
+		}
+	}
 	if backupNext > 0 && backupNext < next {
 		next = backupNext + 100*time.Millisecond // past the schedule time, not just before it
 	}

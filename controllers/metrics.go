@@ -21,6 +21,12 @@ var (
 		"Members still running an older pod template (0 when no rollout runs).")
 )
 
+// metricCertificateExpiry is when each certificate of spec.tls expires, by Secret.
+var metricCertificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "etcdpilot_certificate_expiry_timestamp_seconds",
+	Help: "When a certificate of the cluster's TLS expires (Unix time), by the Secret that holds it.",
+}, []string{"namespace", "name", "secret"})
+
 // clusterLabels label every series with the EtcdCluster's namespace and name.
 var clusterLabels = []string{"namespace", "name"}
 
@@ -33,7 +39,7 @@ func gauge(name, help string) *prometheus.GaugeVec {
 }
 
 func init() {
-	metrics.Registry.MustRegister(metricLeaderChanges, metricLeaderMoves, metricHasLeader, metricMembers, metricHealthyMembers, metricUpgradePending)
+	metrics.Registry.MustRegister(metricLeaderChanges, metricLeaderMoves, metricHasLeader, metricMembers, metricHealthyMembers, metricUpgradePending, metricCertificateExpiry)
 }
 
 // recordMetrics sets the gauges from a status.
@@ -56,6 +62,10 @@ func recordMetrics(c *v1alpha1.EtcdCluster) {
 		pending = float64(u.PendingMembers)
 	}
 	metricUpgradePending.With(l).Set(pending)
+	metricCertificateExpiry.DeletePartialMatch(l)
+	for _, cs := range c.Status.Certificates {
+		metricCertificateExpiry.WithLabelValues(c.Namespace, c.Name, cs.Secret).Set(float64(cs.NotAfter.Unix()))
+	}
 	// The counter exists from the first pass, so a rate over it has a start.
 	metricLeaderChanges.With(l)
 	metricLeaderMoves.With(l)
@@ -68,4 +78,5 @@ func forgetMetrics(c *v1alpha1.EtcdCluster) {
 		metricMembers.MetricVec, metricHealthyMembers.MetricVec, metricUpgradePending.MetricVec} {
 		v.Delete(l)
 	}
+	metricCertificateExpiry.DeletePartialMatch(l)
 }

@@ -29,6 +29,9 @@ func TestTLSAdmission(t *testing.T) {
 			wantErr: []string{"spec.tls.peer.source", "Operator", "Secret"}},
 		{name: "short certificate duration refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("5m"))}),
 			wantErr: []string{"at least 10m"}},
+		{name: "renewBefore longer than the duration refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("10m")), RenewBefore: ptr.To(metaDuration("10m"))}),
+			wantErr: []string{"renewBefore must be shorter"}},
+		{name: "renewBefore within the duration accepted", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("10m")), RenewBefore: ptr.To(metaDuration("9m45s"))})},
 	})
 
 	ns := env.Namespace(t)

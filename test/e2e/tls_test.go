@@ -262,3 +262,106 @@ func parseIPs(ss []string) []net.IP {
 	}
 	return out
 }
+
+// servedCert is the certificate a member serves on port (2379 client, 2380 peer), read in a
+// TLS handshake with the client pair and roots given.
+func servedCert(ns string, ordinal, port int, cfg *tls.Config) (*x509.Certificate, error) {
+	name := fmt.Sprintf("etcd-%d.etcd.%s.svc", ordinal, ns)
+	ip, err := lookupHost(name)
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.Clone()
+	c.ServerName = name
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(ip, fmt.Sprint(port)), c)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+// tlsConfigOf is a client configuration presenting the pair in Secret name, trusting its
+// ca.crt.
+func tlsConfigOf(t testing.TB, s *corev1.Secret) *tls.Config {
+	t.Helper()
+	kp, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.Data["ca.crt"])
+	return &tls.Config{Certificates: []tls.Certificate{kp}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+func TestLeafCertificatesRenewUnderWritesWithoutRestarts(t *testing.T) {
+	ns := namespace(t)
+	// Leaves live 10 minutes and are renewed 9m40s before they expire: every 20 seconds.
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)),
+		TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs,
+			CertificateDuration: &metav1.Duration{Duration: 10 * time.Minute}, RenewBefore: &metav1.Duration{Duration: 9*time.Minute + 40*time.Second}}})
+	caSec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
+	u := issueUserCert(t, certs.KeyPair{Cert: caSec.Data["tls.crt"], Key: caSec.Data["tls.key"]}, caSec.Data["ca.crt"], "e2e-user")
+	clientTLS.Store(ns, u.tls)
+	t.Cleanup(func() { clientTLS.Delete(ns) })
+
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]types.UID{}
+	for _, p := range pods.Items {
+		uids[p.Name] = p.UID
+	}
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+
+	// Wait for two renewals of both member certificates, each one served by every member
+	// (read in a handshake) without a restart.
+	served := map[string]map[string]bool{"etcd-server-tls": {}, "etcd-peer-tls": {}}
+	eventually(t, 3*time.Minute, "two renewals of each member certificate, served by every member", func() error {
+		for secret, port := range map[string]int{"etcd-server-tls": 2379, "etcd-peer-tls": 2380} {
+			s := getSecret(t, ns, secret)
+			want, err := certs.Parse(s.Data["tls.crt"])
+			if err != nil {
+				return err
+			}
+			cfg := u.tls
+			if port == 2380 {
+				cfg = tlsConfigOf(t, s)
+			}
+			for k := 0; k < 3; k++ {
+				got, err := servedCert(ns, k, port, cfg)
+				if err != nil {
+					return fmt.Errorf("handshake with etcd-%d:%d: %w", k, port, err)
+				}
+				if got.SerialNumber.Cmp(want.SerialNumber) != 0 {
+					return fmt.Errorf("etcd-%d serves %s serial %x, the Secret holds %x", k, secret, got.SerialNumber, want.SerialNumber)
+				}
+			}
+			served[secret][want.SerialNumber.String()] = true
+		}
+		for secret, serials := range served {
+			// The first certificate plus two renewals.
+			if len(serials) < 3 {
+				return fmt.Errorf("%s: %d certificates served so far", secret, len(serials))
+			}
+		}
+		return nil
+	})
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if uids[p.Name] != p.UID || restartCount(&p) != 0 {
+			t.Fatalf("member pod %s was replaced or restarted during the renewals", p.Name)
+		}
+	}
+	w.finish(t, ns, 3)
+	t.Logf("served certificates: %d server, %d peer; longest write gap %s; %d leader changes",
+		len(served["etcd-server-tls"]), len(served["etcd-peer-tls"]), w.longestGap().Round(time.Millisecond), w.termChanges())
+	if w.termChanges() > 0 {
+		t.Fatalf("%d leader changes while only certificates were renewed", w.termChanges())
+	}
+}

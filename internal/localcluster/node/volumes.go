@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -152,11 +155,85 @@ func (w *podWorker) writeFiles(dir string, fill func(map[string]file) error) err
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("failed to clear folder %s: %w", dir, err)
 	}
+	if err := writeAtomic(dir, files); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	if w.volumeHashes == nil {
+		w.volumeHashes = map[string]string{}
+	}
+	w.volumeHashes[dir] = hashFiles(files)
+	w.mu.Unlock()
+	return nil
+}
+
+// refreshInterval is how often a running pod's Secret and ConfigMap volumes are read again
+// (the kubelet does it about every minute; the process node is quicker, so tests of
+// certificate renewal do not wait).
+const refreshInterval = 2 * time.Second
+
+// refreshVolumes writes the current content of the pod's Secret and ConfigMap volumes into
+// their folders when it changed, as the kubelet does for a running pod: the files change
+// under the running containers, atomically (a new timestamped folder, then one rename of the
+// ..data link). It returns when to look again.
+func (w *podWorker) refreshVolumes(ctx context.Context, pod *corev1.Pod) time.Duration {
+	for _, v := range pod.Spec.Volumes {
+		dir := filepath.Join(w.podDir, "volumes", v.Name)
+		var fill func(map[string]file) error
+		switch src := v.VolumeSource; {
+		case src.Secret != nil:
+			fill = func(files map[string]file) error {
+				return w.secretFiles(ctx, pod.Namespace, src.Secret.SecretName, src.Secret.Items, src.Secret.Optional, src.Secret.DefaultMode, files)
+			}
+		case src.ConfigMap != nil:
+			fill = func(files map[string]file) error {
+				return w.configMapFiles(ctx, pod.Namespace, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, src.ConfigMap.DefaultMode, files)
+			}
+		default:
+			continue
+		}
+		files := map[string]file{}
+		if err := fill(files); err != nil {
+			// A Secret deleted or unreadable for now: the kubelet keeps the last content too.
+			continue
+		}
+		h := hashFiles(files)
+		w.mu.Lock()
+		same := w.volumeHashes[dir] == h
+		w.mu.Unlock()
+		if same {
+			continue
+		}
+		if err := writeAtomic(dir, files); err != nil {
+			w.log.Error(err, "Failed to refresh a volume", "volume", v.Name)
+			continue
+		}
+		w.mu.Lock()
+		w.volumeHashes[dir] = h
+		w.mu.Unlock()
+		w.log.Info("Refreshed a volume", "volume", v.Name)
+	}
+	return refreshInterval
+}
+
+// writeAtomic writes files into dir the way the kubelet's atomic writer does: into a new
+// folder ..<timestamp>, then the link ..data is switched to it with one rename, and every
+// top-level name is a link through ..data. A reader sees the old files or the new ones,
+// never a mix; dir itself stays (a bind mount of it keeps working).
+func writeAtomic(dir string, files map[string]file) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("failed to create folder %s: %w", dir, err)
 	}
+	ts, err := os.MkdirTemp(dir, "..data-")
+	if err != nil {
+		return fmt.Errorf("failed to create a folder in %s: %w", dir, err)
+	}
+	if err := os.Chmod(ts, 0o755); err != nil {
+		return err
+	}
+	top := map[string]bool{}
 	for name, f := range files {
-		p := filepath.Join(dir, name)
+		p := filepath.Join(ts, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("failed to create the folder of file %s: %w", p, err)
 		}
@@ -166,8 +243,55 @@ func (w *podWorker) writeFiles(dir string, fill func(map[string]file) error) err
 		if err := os.Chmod(p, f.mode); err != nil {
 			return fmt.Errorf("failed to set the mode of file %s: %w", p, err)
 		}
+		top[strings.SplitN(filepath.ToSlash(name), "/", 2)[0]] = true
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		return fmt.Errorf("failed to link %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		return fmt.Errorf("failed to switch %s/..data: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case n == "..data" || n == filepath.Base(ts):
+		case strings.HasPrefix(n, ".."):
+			_ = os.RemoveAll(filepath.Join(dir, n)) // an earlier generation
+		case !top[n]:
+			_ = os.Remove(filepath.Join(dir, n)) // a key that is gone
+		}
+	}
+	for n := range top {
+		link := filepath.Join(dir, n)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", n), link); err != nil {
+			return fmt.Errorf("failed to link %s: %w", link, err)
+		}
 	}
 	return nil
+}
+
+// hashFiles is a digest of files' names, modes and contents.
+func hashFiles(files map[string]file) string {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%s\x00%o\x00%d\x00", n, files[n].mode, len(files[n].data))
+		h.Write(files[n].data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // fileMode picks an item's mode, else the volume's default mode, else 0644.

@@ -46,6 +46,9 @@ type podWorker struct {
 	ip         string
 	published  bool              // names published
 	volumes    map[string]volume // nil until the volumes are ready
+	// volumeHashes are digests of what the Secret and ConfigMap volumes were last written
+	// with, by folder (see refreshVolumes).
+	volumeHashes map[string]string
 	setupErr   error             // why the pod's sandbox is not ready yet
 	setupTries int
 	initDone   bool
@@ -229,6 +232,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 	requeue := w.setup(ctx, pod)
 	if w.ready() {
 		requeue = minPositive(requeue, w.runContainers(ctx, pod))
+		requeue = minPositive(requeue, w.refreshVolumes(ctx, pod))
 	}
 	if err := w.writeStatus(ctx, false); err != nil {
 		w.log.Error(err, "Failed to update the pod status")
