@@ -85,6 +85,9 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 	}
 	a = r.maintenanceStep(ctx, c, t, mo.Etcd, a, mo.Now)
+	if a, err = r.authStep(ctx, c, t, mo.Etcd, a); err != nil {
+		return a, err
+	}
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
@@ -483,6 +486,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 			opts = append(opts, client.GracePeriodSeconds(0))
 		}
 		err = ignoreGone(r.Client.Delete(ctx, pod, opts...))
+	case plan.EnsureRootUser, plan.EnableAuth, plan.DisableAuth:
+		err = r.authExec(ctx, c, t, mo.Etcd, a)
 	default:
 		err = r.etcdStep(ctx, t, mo, a)
 	}

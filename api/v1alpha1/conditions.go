@@ -171,6 +171,15 @@ const (
 	ReasonDisarmingAlarm = "DisarmingAlarm"
 )
 
+// Authentication reasons.
+const (
+	// ReasonEnablingAuth : the operator is creating the root user and its own, or turning
+	// etcd's authentication on (spec.auth.enabled).
+	ReasonEnablingAuth = "EnablingAuth"
+	// ReasonDisablingAuth : the operator is turning etcd's authentication off.
+	ReasonDisablingAuth = "DisablingAuth"
+)
+
 // Safety gate reasons.
 const (
 	// ReasonStepRefused : the safety gate refused the step a planner proposed, because it
@@ -231,4 +240,6 @@ var ReasonEffects = map[string]Effect{
 	ReasonNoSpaceAlarm:        EffectDegrades,
 	ReasonCorruptAlarm:        EffectDegrades,
 	ReasonDisarmingAlarm:      EffectProgresses,
+	ReasonEnablingAuth:        EffectProgresses,
+	ReasonDisablingAuth:       EffectProgresses,
 }

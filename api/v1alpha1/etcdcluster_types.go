@@ -20,6 +20,7 @@ const DefaultImageRepository = "gcr.io/etcd-development/etcd"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.fromObject) || !has(self.version) || !self.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !self.bootstrap.fromObject.etcdVersion.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || (self.version.split('.')[0] == self.bootstrap.fromObject.etcdVersion.split('.')[0] && int(self.version.split('.')[1]) - int(self.bootstrap.fromObject.etcdVersion.split('.')[1]) in [0, 1])",messageExpression="'a snapshot of etcd ' + self.bootstrap.fromObject.etcdVersion + ' cannot be restored into etcd ' + self.version + ': etcd supports restoring a snapshot into the same minor version or the next one (an upgrade); restore into ' + self.bootstrap.fromObject.etcdVersion.split('.')[0] + '.' + self.bootstrap.fromObject.etcdVersion.split('.')[1] + ' and upgrade step by step'"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.peer)) == (has(oldSelf.tls) && has(oldSelf.tls.peer))",message="tls.peer cannot be added or removed after creation yet: the members' peer URLs change scheme, which needs a member-by-member migration etcd-pilot does not run. Create a new cluster with TLS and move the data with a backup and restore"
 // +kubebuilder:validation:XValidation:rule="(has(self.tls) && has(self.tls.client)) == (has(oldSelf.tls) && has(oldSelf.tls.client))",message="tls.client cannot be added or removed after creation yet: clients and the operator would lose the members while they restart onto the other scheme. Create a new cluster with TLS and move the data with a backup and restore"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !self.auth.enabled || (has(self.tls) && has(self.tls.client) && (!has(self.tls.client.clientCertAuth) || self.tls.client.clientCertAuth))",message="auth.enabled needs tls.client with clientCertAuth: the operator authenticates to etcd by its client certificate, and passwords must not cross the network in clear text"
 type EtcdClusterSpec struct {
 	// Replicas is the number of voting etcd members. Odd numbers tolerate the same number of
 	// failures as the next even number, with less write overhead.
@@ -131,6 +132,12 @@ type EtcdClusterSpec struct {
 	// TLS secures the peer and client traffic. Absent: plain HTTP.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Auth turns on etcd's authentication. It needs tls.client with clientCertAuth: the
+	// operator authenticates by its client certificate, and passwords never cross the
+	// network in clear text.
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
 }
 
 // StorageSpec configures the members' data volumes.

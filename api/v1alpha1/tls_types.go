@@ -109,3 +109,16 @@ type CertificateStatus struct {
 	// +optional
 	RenewAt *metav1.Time `json:"renewAt,omitempty"`
 }
+
+// AuthSpec turns etcd's authentication on or off.
+type AuthSpec struct {
+	// Enabled turns authentication on once the cluster has formed: the operator creates the
+	// root user, with a password it generates into the Secret <name>-root-auth (keys
+	// username and password), and the user etcd-pilot with the root role, which it
+	// authenticates as by its client certificate; then anonymous requests are refused. Set
+	// false to turn authentication off again (removing spec.auth leaves etcd as it is).
+	Enabled bool `json:"enabled"`
+}
+
+// RootAuthSecretName is the Secret with the password of etcd's root user (spec.auth).
+func RootAuthSecretName(cluster string) string { return cluster + "-root-auth" }

@@ -105,8 +105,24 @@ type Client interface {
 	// asynchronously). A revision already compacted is not an error; one above the current
 	// revision is.
 	Compact(ctx context.Context, revision int64) error
+	// Auth reads whether authentication is on and, for each of users that exists, its roles.
+	Auth(ctx context.Context, users []string) (AuthState, error)
+	// EnsureRootUser creates the user name if it does not exist (with password, or, when
+	// password is empty, without one: it then authenticates only by the common name of a
+	// client certificate) and grants it the root role if it lacks it. An existing user's
+	// password is never changed.
+	EnsureRootUser(ctx context.Context, name, password string) error
+	// SetAuth turns authentication on or off; asking for the state it is in is not an error.
+	SetAuth(ctx context.Context, on bool) error
 	// Close releases the connections.
 	Close() error
+}
+
+// AuthState is etcd's authentication: whether it is on, and the roles of the users asked for
+// that exist.
+type AuthState struct {
+	Enabled bool
+	Roles   map[string][]string
 }
 
 // Snapshot is a member's database as etcd streams it: the bbolt file followed by the 32-byte
@@ -532,4 +548,53 @@ func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall
 	}
 	wg.Wait()
 	return o, len(answered), nil
+}
+
+func (c *client) Auth(ctx context.Context, users []string) (AuthState, error) {
+	st, err := c.c.AuthStatus(ctx)
+	if err != nil {
+		return AuthState{}, fmt.Errorf("failed to read etcd's authentication status: %w", err)
+	}
+	out := AuthState{Enabled: st.Enabled, Roles: map[string][]string{}}
+	for _, u := range users {
+		r, err := c.c.UserGet(ctx, u)
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrUserNotFound) || rpctypes.ErrorDesc(err) == rpctypes.ErrUserNotFound.Error() {
+				continue
+			}
+			return AuthState{}, fmt.Errorf("failed to read etcd user %s: %w", u, err)
+		}
+		out.Roles[u] = r.Roles
+	}
+	return out, nil
+}
+
+func (c *client) EnsureRootUser(ctx context.Context, name, password string) error {
+	var err error
+	if password == "" {
+		_, err = c.c.UserAddWithOptions(ctx, name, "", &clientv3.UserAddOptions{NoPassword: true})
+	} else {
+		_, err = c.c.UserAdd(ctx, name, password)
+	}
+	if err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) && rpctypes.ErrorDesc(err) != rpctypes.ErrUserAlreadyExist.Error() {
+		return fmt.Errorf("failed to add etcd user %s: %w", name, err)
+	}
+	// Granting a role the user has is not an error in etcd.
+	if _, err := c.c.UserGrantRole(ctx, name, "root"); err != nil {
+		return fmt.Errorf("failed to grant etcd user %s the root role: %w", name, err)
+	}
+	return nil
+}
+
+func (c *client) SetAuth(ctx context.Context, on bool) error {
+	var err error
+	if on {
+		_, err = c.c.AuthEnable(ctx)
+	} else {
+		_, err = c.c.AuthDisable(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to turn etcd's authentication %s: %w", map[bool]string{true: "on", false: "off"}[on], err)
+	}
+	return nil
 }

@@ -34,6 +34,10 @@ type Fake struct {
 	ErrDisarmAlarm error
 	ErrCompact     error
 
+	// AuthEnabled and Users are etcd's authentication state (users by name, with their roles).
+	AuthEnabled bool
+	Users       map[string][]string
+
 	// Calls counts the calls by method name.
 	Calls map[string]int
 
@@ -255,4 +259,39 @@ func (f *Fake) Compact(_ context.Context, revision int64) error {
 }
 
 // Close implements Client.
+// Auth returns AuthEnabled and the roles in Users.
+func (f *Fake) Auth(_ context.Context, users []string) (AuthState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("Auth")
+	out := AuthState{Enabled: f.AuthEnabled, Roles: map[string][]string{}}
+	for _, u := range users {
+		if r, ok := f.Users[u]; ok {
+			out.Roles[u] = r
+		}
+	}
+	return out, nil
+}
+
+// EnsureRootUser records the user with the root role in Users.
+func (f *Fake) EnsureRootUser(_ context.Context, name, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("EnsureRootUser")
+	if f.Users == nil {
+		f.Users = map[string][]string{}
+	}
+	f.Users[name] = []string{"root"}
+	return nil
+}
+
+// SetAuth sets AuthEnabled.
+func (f *Fake) SetAuth(_ context.Context, on bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("SetAuth")
+	f.AuthEnabled = on
+	return nil
+}
+
 func (f *Fake) Close() error { return nil }

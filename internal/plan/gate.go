@@ -68,6 +68,7 @@ var Invariants = []Invariant{
 	{"FoundersFixedUntilFormed", foundersFixed},
 	{"ScaleDownOnlyPodsWithoutVoters", scaleDownOnlyNonVoters},
 	{"RestoreOnlyWithoutQuorum", restoreOnlyWithoutQuorum},
+	{"AuthChangesWithAHealthyQuorum", authWithQuorum},
 }
 
 // Check passes s through every invariant and returns the first refusal, or nil. Waits, None
@@ -508,6 +509,22 @@ func restoreOnlyWithoutQuorum(s Step, v *evidenceView) string {
 			return fmt.Sprintf("etcd shows leader %s followed by %d healthy voting members of %d: the cluster serves, so it is never re-formed from a backup",
 				etcd.FormatID(v.leader), n, len(v.voters))
 		}
+	}
+	return ""
+}
+
+// authWithQuorum: users are added and authentication turned on or off only while a quorum
+// of voters is up, healthy and caught up, so the change commits at once and every member
+// applies it before clients are cut off.
+func authWithQuorum(s Step, v *evidenceView) string {
+	switch s.Kind {
+	case EnsureRootUser, EnableAuth, DisableAuth:
+	default:
+		return ""
+	}
+	n, sick := v.healthyVoters(s, 0)
+	if len(v.voters) == 0 || n < Quorum(int32(len(v.voters))) {
+		return fmt.Sprintf("%d of %d voters are healthy, fewer than quorum (%s)", n, len(v.voters), strings.Join(sick, "; "))
 	}
 	return ""
 }

@@ -211,6 +211,12 @@ func TestGate(t *testing.T) {
 		{"stop a cluster nobody answers for disaster recovery", gCluster(3).noMembers(), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
 		{"bootstrap restore of a formed cluster", gCluster(3), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring},
 			"RestoreOnlyWithoutQuorum", "has formed"},
+		// Authentication changes only with a healthy quorum.
+		{"turn auth on in a healthy cluster", gCluster(3).down(2), Step{Kind: EnableAuth, Reason: v1alpha1.ReasonEnablingAuth}, "", ""},
+		{"turn auth on without a healthy quorum", gCluster(3).down(1).down(2), Step{Kind: EnableAuth, Reason: v1alpha1.ReasonEnablingAuth},
+			"AuthChangesWithAHealthyQuorum", "fewer than quorum"},
+		{"add a user while a voter lags", gCluster(3).lag(1, 500).lag(2, 500), Step{Kind: EnsureRootUser, User: "root", Reason: v1alpha1.ReasonEnablingAuth},
+			"AuthChangesWithAHealthyQuorum", "fewer than quorum"},
 		{"finish a restore before formation", gCluster(3).unformed(), Step{Kind: "FinishRestore", Reason: v1alpha1.ReasonRestored}, "", ""},
 		{"clean up after a restore", gCluster(3), Step{Kind: "CleanUpRestore", Member: "etc-0", Reason: v1alpha1.ReasonRestored}, "", ""},
 		{"a member step with a restore's reason", gCluster(3).noMembers(), Step{Kind: DeletePod, Member: "etc-0", Reason: v1alpha1.ReasonRestored},

@@ -45,6 +45,13 @@ const (
 	// DisarmAlarm: disarm the alarm Alarm of member ID (named Member, when it has a name). The
 	// gate allows only AlarmNoSpace; a CORRUPT alarm is never disarmed by the operator.
 	DisarmAlarm Kind = "DisarmAlarm"
+	// EnsureRootUser: create the etcd user User if it does not exist (root with the password
+	// from its Secret; the operator's user without a password: it authenticates by its client
+	// certificate's common name) and grant it the root role.
+	EnsureRootUser Kind = "EnsureRootUser"
+	// EnableAuth turns etcd's authentication on; DisableAuth turns it off.
+	EnableAuth  Kind = "EnableAuth"
+	DisableAuth Kind = "DisableAuth"
 )
 
 // Alarm types etcd raises, as etcd names them (etcdserverpb.AlarmType).
@@ -76,6 +83,8 @@ type Step struct {
 	Revision int64
 	// Alarm is the alarm type DisarmAlarm disarms (AlarmNoSpace).
 	Alarm string
+	// User is the etcd user EnsureRootUser creates.
+	User string
 	// Force asks DeletePod for grace period 0.
 	Force bool
 	// Intent is the intent to store (RecordIntent).

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
@@ -16,6 +18,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,7 +170,7 @@ func (s *sampler) sample(ctx context.Context) {
 	answers := make([]statusAnswer, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Go(func() { answers[i] = askStatus(ctx, addr) })
+		wg.Go(func() { answers[i] = askStatus(ctx, addr, clientTLSOf(s.ns)) })
 	}
 	wg.Wait()
 	defer func() {
@@ -331,11 +334,18 @@ func (s *sampler) addresses(ctx context.Context, members []*pb.Member) []string 
 }
 
 // askStatus asks the member at addr (a name resolved through the local cluster's hosts file)
-// for its Status on a connection of its own, which the caller closes.
-func askStatus(ctx context.Context, addr string) statusAnswer {
+// for its Status on a connection of its own, which the caller closes; over TLS with tlsCfg
+// when it is set.
+func askStatus(ctx context.Context, addr string, tlsCfg *tls.Config) statusAnswer {
 	a := statusAnswer{addr: addr}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		c := tlsCfg.Clone()
+		c.ServerName, _, _ = net.SplitHostPort(addr)
+		creds = credentials.NewTLS(c)
+	}
 	a.conn, a.err = grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialName))
+		grpc.WithTransportCredentials(creds), grpc.WithContextDialer(dialName))
 	if a.err != nil {
 		return a
 	}

@@ -1,0 +1,50 @@
+// Package auth plans etcd's authentication (spec.auth): the root user, the operator's own
+// user, and turning authentication on or off. It is pure: what etcd reported in, at most one
+// step out. Every step passes the safety gate (AuthChangesWithAHealthyQuorum).
+package auth
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+)
+
+// RootUser is etcd's root user: AuthEnable needs it, with the root role.
+const RootUser = "root"
+
+// Observation is what the planner needs.
+type Observation struct {
+	// Enabled is spec.auth.enabled.
+	Enabled bool
+	// OperatorUser is the user the operator authenticates as (its client certificate's
+	// common name).
+	OperatorUser string
+	// State is etcd's authentication as read in this pass.
+	State etcd.AuthState
+}
+
+// Decide returns the next step: the root user, then the operator's, then authentication on;
+// or authentication off. None when etcd matches the spec.
+func Decide(o Observation) plan.Step {
+	if !o.Enabled {
+		if o.State.Enabled {
+			return plan.Step{Kind: plan.DisableAuth, Reason: v1alpha1.ReasonDisablingAuth,
+				Message: "turning etcd's authentication off (spec.auth.enabled is false); users and roles are kept"}
+		}
+		return plan.Step{Kind: plan.None}
+	}
+	for _, u := range []string{RootUser, o.OperatorUser} {
+		if !slices.Contains(o.State.Roles[u], "root") {
+			return plan.Step{Kind: plan.EnsureRootUser, User: u, Reason: v1alpha1.ReasonEnablingAuth,
+				Message: fmt.Sprintf("creating etcd user %s with the root role, before authentication is turned on", u)}
+		}
+	}
+	if !o.State.Enabled {
+		return plan.Step{Kind: plan.EnableAuth, Reason: v1alpha1.ReasonEnablingAuth,
+			Message: "turning etcd's authentication on: from now on requests without a known user are refused"}
+	}
+	return plan.Step{Kind: plan.None}
+}
