@@ -231,6 +231,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			return ctrl.Result{}, err
 		}
 		topo.tls = cfg
+		obs.caRotation = c.Status.CARotation
 	} else if clientTLSEnabled(c) {
 		// Paused, or a spec that cannot be rendered: no certificate is issued, but status is
 		// still read from etcd with the certificate there is.

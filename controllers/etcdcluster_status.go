@@ -64,6 +64,9 @@ type observation struct {
 	// without spec.backup).
 	backups    []v1alpha1.EtcdBackup
 	backupCond *metav1.Condition
+
+	// caRotation is where a CA rotation stands ("" when none runs).
+	caRotation string
 }
 
 // degrades reports whether a reason needs the user's attention (see v1alpha1.ReasonEffects).
@@ -324,6 +327,8 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
 	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != v1alpha1.ReasonBootstrapping):
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
+	case o.caRotation != "" && o.wasAvailable:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonRotatingCA, o.caRotation
 	case !o.wasAvailable && (stsOutdated(o.sts) || o.sts.Status.ReadyReplicas < o.specReplicas):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
 		c.Message = fmt.Sprintf("%d of %d members ready", o.sts.Status.ReadyReplicas, o.specReplicas)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +20,9 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
@@ -69,6 +73,16 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 				observed[n] = m
 			}
 		}
+		want.RotationRequest = c.Annotations[v1alpha1.AnnotationRotateCA]
+		want.MembersOnGeneration = -1
+		if rotating(observed[want.CASecret]) {
+			g, err := r.membersGeneration(ctx, c, t)
+			if err != nil {
+				return nil, err
+			}
+			want.MembersOnGeneration = g
+			want.ServedByCurrentCA = func() bool { return r.servedByCurrentCA(ctx, c, t, observed) }
+		}
 		steps, exp, problem := certificates.Plan(want, observed, now)
 		if problem != nil {
 			return nil, &TLSError{Msg: problem.Error()}
@@ -83,6 +97,9 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 			_, exp, _ = certificates.Plan(want, observed, now)
 		}
 		expiries = exp
+		ca := observed[want.CASecret]
+		c.Status.TrustGeneration = ca.Generation
+		c.Status.CARotation = certificates.Rotation(observed, want.CASecret)
 	}
 	if spec.Client == nil {
 		c.Status.Certificates = certificateStatus(expiries)
@@ -182,6 +199,32 @@ func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdClust
 			bundle = caMat.Cert
 		}
 		m = certificates.Material{Cert: pair.Cert, Key: pair.Key, CA: bundle}
+	case certificates.StartCARotation:
+		cur := observed[want.CASecret]
+		next, err := certs.NewCA(want.CACommonName, now, want.CAValidity)
+		if err != nil {
+			return err
+		}
+		bundle := cur.CA
+		if len(bundle) == 0 {
+			bundle = cur.Cert
+		}
+		m = cur
+		m.NextCert, m.NextKey = next.Cert, next.Key
+		m.CA = append(append([]byte{}, bundle...), next.Cert...)
+		m.Generation = cur.Generation + 1
+		if want.RotationRequest != "" {
+			m.RotationRequest = want.RotationRequest
+		}
+	case certificates.SwitchCA:
+		cur := observed[want.CASecret]
+		m = cur
+		m.Cert, m.Key, m.NextCert, m.NextKey = cur.NextCert, cur.NextKey, nil, nil
+	case certificates.DropOldCA:
+		cur := observed[want.CASecret]
+		m = cur
+		m.CA = cur.Cert
+		m.Generation = cur.Generation + 1
 	default:
 		return fmt.Errorf("unknown certificate step %q", s.Kind)
 	}
@@ -190,7 +233,10 @@ func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	observed[s.Secret] = m
 	what := "Issued"
-	if s.Reason != certificates.ReasonMissing {
+	switch {
+	case s.Kind == certificates.StartCARotation || s.Kind == certificates.SwitchCA || s.Kind == certificates.DropOldCA:
+		what = string(s.Kind)
+	case s.Reason != certificates.ReasonMissing:
 		what = "Renewed"
 	}
 	// Names of Secrets only: never their contents.
@@ -216,6 +262,15 @@ func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{certs.CertKey: m.Cert, certs.KeyKey: m.Key, certs.CAKey: m.CA},
 	}
+	if len(m.NextCert) > 0 {
+		sec.Data[nextCertKey], sec.Data[nextKeyKey] = m.NextCert, m.NextKey
+	}
+	if m.Generation > 0 || m.RotationRequest != "" {
+		sec.Annotations = map[string]string{v1alpha1.AnnotationTrustGeneration: strconv.FormatInt(m.Generation, 10)}
+		if m.RotationRequest != "" {
+			sec.Annotations[v1alpha1.AnnotationRotationRequest] = m.RotationRequest
+		}
+	}
 	err := r.Client.Create(ctx, sec)
 	if apierrors.IsAlreadyExists(err) {
 		cur := &corev1.Secret{}
@@ -225,7 +280,7 @@ func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.
 		if cur.Type != corev1.SecretTypeTLS {
 			return &TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not of type kubernetes.io/tls: the operator keeps this name for its certificates; rename or delete that Secret", c.Namespace, name)}
 		}
-		cur.Labels, cur.Data = sec.Labels, sec.Data
+		cur.Labels, cur.Data, cur.Annotations = sec.Labels, sec.Data, sec.Annotations
 		if len(cur.OwnerReferences) == 0 {
 			cur.OwnerReferences = sec.OwnerReferences
 		}
@@ -248,7 +303,10 @@ func (r *EtcdClusterReconciler) readTLSSecret(ctx context.Context, rd client.Rea
 	if err != nil {
 		return certificates.Material{}, false, fmt.Errorf("failed to get Secret %s/%s: %w", namespace, name, err)
 	}
-	return certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey]}, true, nil
+	m := certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey],
+		NextCert: s.Data[nextCertKey], NextKey: s.Data[nextKeyKey], RotationRequest: s.Annotations[v1alpha1.AnnotationRotationRequest]}
+	m.Generation, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
+	return m, true, nil
 }
 
 // clientTLSConfig builds the TLS configuration the operator dials the cluster with, from the
@@ -371,4 +429,119 @@ func buildClientTLS(ctx context.Context, cached, api client.Reader, c *v1alpha1.
 	pool.AppendCertsFromPEM(s.Data[certs.CAKey])
 	leaf, _ := certs.Parse(m.Cert)
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, leaf, nil
+}
+
+// Keys of the next CA in the CA Secret during a rotation.
+const (
+	nextCertKey = "next.crt"
+	nextKeyKey  = "next.key"
+)
+
+// rotating reports whether a CA rotation is under way in the CA Secret's material.
+func rotating(m certificates.Material) bool {
+	if len(m.NextCert) > 0 {
+		return true
+	}
+	all, err := certs.ParseAll(m.CA)
+	return err == nil && len(all) > 1
+}
+
+// membersGeneration is the trust generation every member pod runs with: each of the spec's
+// ordinals has a ready pod whose template annotation names the same generation (a pod read
+// the Secret's bundle when it started, after the bundle of that generation was written).
+// -1 when a pod is missing, not ready, or they differ.
+func (r *EtcdClusterReconciler) membersGeneration(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (int64, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return -1, fmt.Errorf("failed to list member pods: %w", err)
+	}
+	want := specReplicas(c)
+	gen, seen := int64(-1), int32(0)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		k, ok := plan.Ordinal(t.statefulSet, p.Name)
+		if !ok || k >= want {
+			continue
+		}
+		var st plan.Pod
+		plan.PodState(&st, p)
+		if p.DeletionTimestamp != nil || !st.Ready {
+			return -1, nil
+		}
+		g, _ := strconv.ParseInt(p.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
+		if gen != -1 && g != gen {
+			return -1, nil
+		}
+		gen = g
+		seen++
+	}
+	if seen != want {
+		return -1, nil
+	}
+	return gen, nil
+}
+
+// servedByCurrentCA reads, in a TLS handshake with every member's client and peer port, the
+// certificate each serves, and reports whether all of them are signed by the CA that signs
+// now: only then may the old CA be dropped from the bundle.
+func (r *EtcdClusterReconciler) servedByCurrentCA(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, observed map[string]certificates.Material) bool {
+	ca, ok := observed[v1alpha1.CASecretName(c.Name)]
+	if !ok {
+		return false
+	}
+	signer := x509.NewCertPool()
+	signer.AppendCertsFromPEM(ca.Cert)
+	var ports []servedPort
+	if p := c.Spec.TLS.Peer; p != nil && p.Source != v1alpha1.TLSSourceSecret {
+		ports = append(ports, servedPort{material: observed[v1alpha1.PeerTLSSecretName(c.Name)], url: t.peerURL})
+	}
+	if cl := c.Spec.TLS.Client; cl != nil && cl.Source != v1alpha1.TLSSourceSecret {
+		ports = append(ports, servedPort{material: observed[v1alpha1.OperatorTLSSecretName(c.Name)], url: func(pod string) string { return t.endpoint(pod) }})
+	}
+	for k := int32(0); k < specReplicas(c); k++ {
+		pod := fmt.Sprintf("%s-%d", t.statefulSet, k)
+		for _, p := range ports {
+			leaf, err := servedLeaf(ctx, p.url(pod), p.material)
+			if err != nil {
+				log.FromContext(ctx).Info("could not read a member's certificate", "member", pod, "error", err.Error())
+				return false
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: signer, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// servedPort is a port whose certificate servedByCurrentCA reads: the client pair to present
+// and the URL of a pod's port.
+type servedPort struct {
+	material certificates.Material
+	url      func(pod string) string
+}
+
+// servedLeaf is the certificate the server at rawURL presents, read with a handshake in which
+// the pair in m is offered (peer ports ask for one) and the bundle in m trusted.
+func servedLeaf(ctx context.Context, rawURL string, m certificates.Material) (*x509.Certificate, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(m.Cert, m.Key)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(m.CA)
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: &tls.Config{
+		Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}}
+	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(hctx, "tcp", u.Host)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.(*tls.Conn).ConnectionState().PeerCertificates[0], nil
 }

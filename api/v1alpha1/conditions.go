@@ -40,6 +40,10 @@ const (
 	// or invalid, or the CA Secret cannot be read. Nothing is applied until it is fixed; the
 	// message names the Secret and what is wrong with it.
 	ReasonTLSNotReady = "TLSNotReady"
+	// ReasonRotatingCA : the cluster's CA is being rotated: the next CA is trusted next to the
+	// current one, members restart onto the new bundle, the new CA signs, the old one is
+	// dropped and members restart once more (status.caRotation says where it stands).
+	ReasonRotatingCA = "RotatingCA"
 	// ReasonApplyFailed : the API server refused an object the chart rendered.
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonMembersUnhealthy : some members are not ready or not healthy.

@@ -471,6 +471,16 @@ type EtcdClusterStatus struct {
 	// +listMapKey=secret
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
 
+	// TrustGeneration is the generation of the CA trust bundle the operator keeps (see
+	// AnnotationTrustGeneration), read from the CA Secret; the members' pod template carries
+	// it, so a change of the bundle restarts them one at a time.
+	// +optional
+	TrustGeneration int64 `json:"trustGeneration,omitempty"`
+
+	// CARotation says where a CA rotation stands; empty when none runs.
+	// +optional
+	CARotation string `json:"caRotation,omitempty"`
+
 	// Restore is the latest restore of the cluster's data (spec.bootstrap or disaster
 	// recovery): what was restored, and where it stands.
 	// +optional

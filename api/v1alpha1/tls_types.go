@@ -122,3 +122,18 @@ type AuthSpec struct {
 
 // RootAuthSecretName is the Secret with the password of etcd's root user (spec.auth).
 func RootAuthSecretName(cluster string) string { return cluster + "-root-auth" }
+
+// Annotations of CA rotation (Operator TLS source).
+const (
+	// AnnotationRotateCA on an EtcdCluster asks for a CA rotation: set it to a new value (a
+	// date, a ticket) and the operator rotates once per value. The CA is also rotated by
+	// itself two thirds through its lifetime.
+	AnnotationRotateCA = "etcdpilot.io/rotate-ca"
+	// AnnotationTrustGeneration is on the CA Secret and on the members' pod template: the
+	// generation of the trust bundle. It rises when the bundle changes in a way etcd only
+	// reads at start (a CA added or dropped), so the members restart onto it one at a time.
+	AnnotationTrustGeneration = "etcdpilot.io/trust-generation"
+	// AnnotationRotationRequest is on the CA Secret: the value of AnnotationRotateCA whose
+	// rotation it started.
+	AnnotationRotationRequest = "etcdpilot.io/rotation-request"
+)

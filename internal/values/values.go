@@ -106,6 +106,16 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	}
 	v.Etcd.ExtraArgs = e.ExtraArgs
 	v.TLS = tlsValues(c)
+	if g := c.Status.TrustGeneration; g > 0 && v.TLS != nil {
+		// The members read the CA bundle at start only: a new bundle generation changes the
+		// pod template, so the rollout restarts them onto it one at a time.
+		ann := make(map[string]string, len(v.PodAnnotations)+1)
+		for k, val := range v.PodAnnotations {
+			ann[k] = val
+		}
+		ann[v1alpha1.AnnotationTrustGeneration] = fmt.Sprint(g)
+		v.PodAnnotations = ann
+	}
 	return v, nil
 }
 

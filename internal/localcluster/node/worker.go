@@ -38,20 +38,20 @@ type podWorker struct {
 	wake      chan struct{}
 	done      chan struct{}
 
-	mu         sync.Mutex
-	pod        *corev1.Pod // the latest object seen
-	gone       bool        // the object was deleted from the API
-	initCtrs   []*container
-	ctrs       []*container
-	ip         string
-	published  bool              // names published
-	volumes    map[string]volume // nil until the volumes are ready
+	mu        sync.Mutex
+	pod       *corev1.Pod // the latest object seen
+	gone      bool        // the object was deleted from the API
+	initCtrs  []*container
+	ctrs      []*container
+	ip        string
+	published bool              // names published
+	volumes   map[string]volume // nil until the volumes are ready
 	// volumeHashes are digests of what the Secret and ConfigMap volumes were last written
 	// with, by folder (see refreshVolumes).
 	volumeHashes map[string]string
-	setupErr   error             // why the pod's sandbox is not ready yet
-	setupTries int
-	initDone   bool
+	setupErr     error // why the pod's sandbox is not ready yet
+	setupTries   int
+	initDone     bool
 }
 
 func newPodWorker(n *Node, pod *corev1.Pod, prev *podWorker) *podWorker {

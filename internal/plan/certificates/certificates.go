@@ -27,9 +27,15 @@ const (
 	ReasonBundleChanged = "TrustBundleChanged"
 )
 
-// Material is what a Secret holds, by key: tls.crt, tls.key and ca.crt.
+// Material is what a Secret holds, by key: tls.crt, tls.key and ca.crt. The CA Secret also
+// holds, during a CA rotation, the next CA (next.crt, next.key), and in annotations the trust
+// generation (raised each time the trust bundle changes in a way members must restart for)
+// and the rotation request it last started.
 type Material struct {
-	Cert, Key, CA []byte
+	Cert, Key, CA     []byte
+	NextCert, NextKey []byte
+	Generation        int64
+	RotationRequest   string
 }
 
 // Leaf is a leaf certificate the cluster needs, in the Secret named Secret.
@@ -50,6 +56,17 @@ type Want struct {
 	// RenewBefore renews a leaf this long before it expires; 0 renews at two thirds of its
 	// lifetime.
 	RenewBefore time.Duration
+	// RotationRequest asks for a CA rotation when it differs from the one the CA Secret
+	// last started ("" asks for none). A CA two thirds through its lifetime is rotated too.
+	RotationRequest string
+	// MembersOnGeneration is the trust generation every member runs with (each was started
+	// after its pod template carried it, and is ready), or -1 when they differ or one is not
+	// ready.
+	MembersOnGeneration int64
+	// ServedByCurrentCA reports whether every member serves, on its client and peer ports,
+	// a certificate signed by the current CA (read in a handshake). Only asked for before the
+	// old CA is dropped.
+	ServedByCurrentCA func() bool
 }
 
 // Kind of a step.
@@ -60,6 +77,22 @@ const (
 	CreateCA Kind = "CreateCA"
 	// IssueLeaf: sign Leaf with the CA and write it, with the CA's trust bundle, to its Secret.
 	IssueLeaf Kind = "IssueLeaf"
+	// StartCARotation: create the next CA and trust both (bundle old + new, generation + 1);
+	// the members restart onto the new bundle, one at a time, through the rollout.
+	StartCARotation Kind = "StartCARotation"
+	// SwitchCA: sign with the next CA from now on (every member trusts it); the leaves are
+	// issued again from it and picked up without restarts.
+	SwitchCA Kind = "SwitchCA"
+	// DropOldCA: trust the current CA only (generation + 1); the members restart again.
+	DropOldCA Kind = "DropOldCA"
+)
+
+// Rotation phases, for status.
+const (
+	ReasonRotationRequested = "RotationRequested"
+	ReasonCADue             = "CADueForRenewal"
+	ReasonMembersTrustNext  = "MembersTrustTheNextCA"
+	ReasonLeavesFromNext    = "EveryMemberServesTheNewCA"
 )
 
 // Step is one Secret to write.
@@ -121,7 +154,7 @@ func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry
 	expiries := []Expiry{{Secret: w.CASecret, NotAfter: ca.NotAfter}}
 	var steps []Step
 	for _, l := range w.Leaves {
-		reason, leaf := leafState(l, observed, bundle, w.RenewBefore, now)
+		reason, leaf := leafState(l, observed, caMat.Cert, bundle, w.RenewBefore, now)
 		if reason != "" {
 			steps = append(steps, Step{Kind: IssueLeaf, Secret: l.Secret, Leaf: l, Reason: reason})
 			continue
@@ -129,11 +162,60 @@ func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry
 		expiries = append(expiries, Expiry{Secret: l.Secret, NotAfter: leaf.NotAfter, RenewAt: RenewAt(leaf, w.RenewBefore)})
 	}
 	sort.Slice(expiries, func(i, j int) bool { return expiries[i].Secret < expiries[j].Secret })
-	return steps, expiries, nil
+	if len(steps) > 0 {
+		// Leaves first: a rotation moves on only once every leaf matches the CA Secret.
+		return steps, expiries, nil
+	}
+	if s, ok := rotationStep(w, caMat, ca, now); ok {
+		return []Step{s}, expiries, nil
+	}
+	return nil, expiries, nil
+}
+
+// Rotation says where a CA rotation stands, for status: "" when none runs.
+func Rotation(observed map[string]Material, caSecret string) string {
+	m, ok := observed[caSecret]
+	if !ok {
+		return ""
+	}
+	switch n := bundleSize(m.CA); {
+	case len(m.NextCert) > 0:
+		return "the next CA is trusted next to the current one; members restart onto the new trust bundle, then the new CA signs"
+	case n > 1:
+		return "the new CA signs; once every member serves its certificates, the old CA is dropped and members restart once more"
+	}
+	return ""
+}
+
+func bundleSize(b []byte) int {
+	all, err := certs.ParseAll(b)
+	if err != nil {
+		return 0
+	}
+	return len(all)
+}
+
+// rotationStep is the next step of a CA rotation, if one is due.
+func rotationStep(w Want, m Material, ca *x509.Certificate, now time.Time) (Step, bool) {
+	switch {
+	case len(m.NextCert) > 0:
+		if w.MembersOnGeneration == m.Generation {
+			return Step{Kind: SwitchCA, Secret: w.CASecret, Reason: ReasonMembersTrustNext}, true
+		}
+	case bundleSize(m.CA) > 1:
+		if w.MembersOnGeneration == m.Generation && w.ServedByCurrentCA != nil && w.ServedByCurrentCA() {
+			return Step{Kind: DropOldCA, Secret: w.CASecret, Reason: ReasonLeavesFromNext}, true
+		}
+	case w.RotationRequest != "" && w.RotationRequest != m.RotationRequest:
+		return Step{Kind: StartCARotation, Secret: w.CASecret, Reason: ReasonRotationRequested}, true
+	case certs.DueForRenewal(ca, now, 0):
+		return Step{Kind: StartCARotation, Secret: w.CASecret, Reason: ReasonCADue}, true
+	}
+	return Step{}, false
 }
 
 // leafState returns why the leaf needs issuing ("" when it does not) and the parsed leaf.
-func leafState(l Leaf, observed map[string]Material, bundle []byte, renewBefore time.Duration, now time.Time) (string, *x509.Certificate) {
+func leafState(l Leaf, observed map[string]Material, signer, bundle []byte, renewBefore time.Duration, now time.Time) (string, *x509.Certificate) {
 	m, ok := observed[l.Secret]
 	if !ok {
 		return ReasonMissing, nil
@@ -142,7 +224,8 @@ func leafState(l Leaf, observed map[string]Material, bundle []byte, renewBefore 
 	if err != nil || len(m.Key) == 0 {
 		return ReasonUnreadable, nil
 	}
-	if err := certs.Verify(certs.KeyPair{Cert: m.Cert, Key: m.Key}, bundle, l.Request.Server, l.Request.Client, now); err != nil {
+	// Signed by the CA that signs now: after a switch, leaves of the old CA are issued again.
+	if err := certs.Verify(certs.KeyPair{Cert: m.Cert, Key: m.Key}, signer, l.Request.Server, l.Request.Client, now); err != nil {
 		return ReasonNotFromCA, leaf
 	}
 	if !certs.Covers(leaf, l.Request) {

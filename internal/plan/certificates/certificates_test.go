@@ -135,3 +135,102 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("unreadable CA: %v %v", kinds(steps), p)
 	}
 }
+
+// TestCARotation walks a rotation the way the controller carries it out, with members that
+// restart onto a new trust generation only when the test says so: the planner never moves on
+// before the members trust the next CA, and never drops the old CA before every member
+// serves certificates of the new one.
+func TestCARotation(t *testing.T) {
+	w := want()
+	obs := map[string]Material{}
+	steps, _, _ := Plan(w, obs, t0)
+	apply(t, w, steps, obs, t0)
+	oldCA := obs["e-ca"].Cert
+	members := int64(0) // the generation every member runs with
+	served := false     // every member serves certificates of the current CA
+
+	run := func(now time.Time) []string {
+		t.Helper()
+		w.MembersOnGeneration = members
+		w.ServedByCurrentCA = func() bool { return served }
+		steps, _, p := Plan(w, obs, now)
+		if p != nil {
+			t.Fatal(p)
+		}
+		for _, s := range steps {
+			switch s.Kind {
+			case StartCARotation:
+				cur := obs["e-ca"]
+				next, _ := certs.NewCA("next", now, w.CAValidity)
+				cur.NextCert, cur.NextKey = next.Cert, next.Key
+				cur.CA = append(append([]byte{}, cur.CA...), next.Cert...)
+				cur.Generation++
+				cur.RotationRequest = w.RotationRequest
+				obs["e-ca"] = cur
+			case SwitchCA:
+				cur := obs["e-ca"]
+				cur.Cert, cur.Key, cur.NextCert, cur.NextKey = cur.NextCert, cur.NextKey, nil, nil
+				obs["e-ca"] = cur
+			case DropOldCA:
+				cur := obs["e-ca"]
+				cur.CA = cur.Cert
+				cur.Generation++
+				obs["e-ca"] = cur
+			default:
+				apply(t, w, []Step{s}, obs, now)
+			}
+		}
+		return kinds(steps)
+	}
+	if got := run(t0); len(got) != 0 {
+		t.Fatalf("rotation without a request: %v", got)
+	}
+	w.RotationRequest = "2026-03-01"
+	if got := run(t0); len(got) != 1 || got[0] != "StartCARotation e-ca RotationRequested" {
+		t.Fatalf("start: %v", got)
+	}
+	// The leaves take the new bundle, still signed by the old CA.
+	if got := run(t0); len(got) != 2 || got[0] != "IssueLeaf e-peer-tls TrustBundleChanged" {
+		t.Fatalf("bundle to the leaves: %v", got)
+	}
+	if Rotation(obs, "e-ca") == "" {
+		t.Fatal("no rotation reported while one runs")
+	}
+	// Members still on generation 0: nothing moves.
+	if got := run(t0); len(got) != 0 {
+		t.Fatalf("moved on before the members trust the next CA: %v", got)
+	}
+	members = 1
+	if got := run(t0); len(got) != 1 || got[0] != "SwitchCA e-ca MembersTrustTheNextCA" {
+		t.Fatalf("switch: %v", got)
+	}
+	if got := run(t0); len(got) != 2 || got[0] != "IssueLeaf e-peer-tls NotSignedByCA" {
+		t.Fatalf("leaves from the new CA: %v", got)
+	}
+	if got := run(t0); len(got) != 0 {
+		t.Fatalf("dropped the old CA before every member served the new one: %v", got)
+	}
+	served = true
+	if got := run(t0); len(got) != 1 || got[0] != "DropOldCA e-ca EveryMemberServesTheNewCA" {
+		t.Fatalf("drop: %v", got)
+	}
+	if got := run(t0); len(got) != 2 || got[0] != "IssueLeaf e-peer-tls TrustBundleChanged" {
+		t.Fatalf("single bundle to the leaves: %v", got)
+	}
+	members = 2
+	if got := run(t0); len(got) != 0 || Rotation(obs, "e-ca") != "" {
+		t.Fatalf("not settled after the rotation: %v %q", got, Rotation(obs, "e-ca"))
+	}
+	if certs.SameBundle(obs["e-ca"].CA, oldCA) || obs["e-ca"].Generation != 2 {
+		t.Fatal("the old CA is still the one trusted")
+	}
+	// The same request does not rotate again; a CA two thirds through its life does.
+	if got := run(t0); len(got) != 0 {
+		t.Fatalf("the same request rotated twice: %v", got)
+	}
+	late := t0.Add(7 * 365 * 24 * time.Hour)
+	run(late) // the leaves, long expired, are renewed first
+	if got := run(late); len(got) != 1 || got[0] != "StartCARotation e-ca CADueForRenewal" {
+		t.Fatalf("a CA two thirds through its life: %v", got)
+	}
+}
