@@ -549,3 +549,28 @@ func TestTypedVersionSteps(t *testing.T) {
 		}
 	}
 }
+
+func TestTrustGenerationRestartsMembersOnlyWithTLS(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace = "e", "ns"
+	c.Spec.PodAnnotations = map[string]string{"team": "db"}
+	c.Status.TrustGeneration = 2
+	v, err := Typed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.PodAnnotations[v1alpha1.AnnotationTrustGeneration]; ok {
+		t.Fatal("a cluster without TLS carries a trust generation")
+	}
+	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}}
+	v, err = Typed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.PodAnnotations[v1alpha1.AnnotationTrustGeneration] != "2" || v.PodAnnotations["team"] != "db" {
+		t.Fatalf("pod annotations %v", v.PodAnnotations)
+	}
+	if _, ok := c.Spec.PodAnnotations[v1alpha1.AnnotationTrustGeneration]; ok {
+		t.Fatal("the spec's map was changed")
+	}
+}
