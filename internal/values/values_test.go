@@ -555,7 +555,7 @@ func TestTrustGenerationRestartsMembersOnlyWithTLS(t *testing.T) {
 	c.Name, c.Namespace = "e", "ns"
 	c.Spec.PodAnnotations = map[string]string{"team": "db"}
 	c.Status.TrustGeneration = 2
-	v, err := Typed(c)
+	v, err := values.Typed(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +563,7 @@ func TestTrustGenerationRestartsMembersOnlyWithTLS(t *testing.T) {
 		t.Fatal("a cluster without TLS carries a trust generation")
 	}
 	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}}
-	v, err = Typed(c)
+	v, err = values.Typed(c)
 	if err != nil {
 		t.Fatal(err)
 	}
