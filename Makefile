@@ -69,6 +69,8 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers.
 	@# CEL sees only declared fields: declare the keys spec.chart.values may not set, with their rules.
 	go run ./hack/chartvalues config/crd/bases/etcdpilot.io_etcdclusters.yaml
 	$(CONTROLLER_GEN) rbac:roleName=etcd-pilot-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	@# Namespaced mode: the same rules as a Role, minus the cluster-scoped ones.
+	go run ./hack/namespacedrbac config/rbac/role.yaml config/namespaced internal/manager/zz_permissions.go
 
 .PHONY: verify
 verify: generate manifests lint ## Regenerate and fail if anything generated differs from what is committed.

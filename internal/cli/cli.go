@@ -128,6 +128,14 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("failed to load kubeconfig: %w", err)
 	}
+	// A permission the role lacks stops the operator here, named, instead of leaving a watch
+	// that never syncs.
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = manager.CheckPermissions(cctx, cfg, o.WatchNamespace)
+	cancel()
+	if err != nil {
+		return err
+	}
 	mgr, err := manager.New(cfg, o)
 	if err != nil {
 		return err
