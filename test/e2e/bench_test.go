@@ -4,6 +4,11 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 )
 
 // BenchmarkTimeToAvailable measures, on the local cluster, the time from creating an
@@ -72,4 +77,31 @@ func BenchmarkUpgrade(b *testing.B) {
 	b.ReportMetric(float64(gap.Milliseconds()), "ms-longest-write-gap")
 	b.ReportMetric(terms/n, "leader-changes")
 	b.ReportMetric(changes/n, "leader-changes-seen-by-operator")
+}
+
+// BenchmarkTLSTimeToAvailable is BenchmarkTimeToAvailable for 3 members with peer and client
+// TLS from the operator's CA (the CA and three leaves issued before the members start), and
+// with authentication on as well (Available, then root, the operator's user and auth on, read
+// from status.conditions: Progressing false again).
+func BenchmarkTLSTimeToAvailable(b *testing.B) {
+	for _, withAuth := range []bool{false, true} {
+		b.Run(fmt.Sprintf("auth=%v", withAuth), func(b *testing.B) {
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				ns := namespace(b)
+				spec := v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)),
+					TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs}}
+				if withAuth {
+					spec.Auth = &v1alpha1.AuthSpec{Enabled: true}
+				}
+				start := time.Now()
+				createWith(b, ns, spec)
+				if withAuth {
+					waitCondition(b, ns, v1alpha1.ConditionProgressing, metav1.ConditionFalse, time.Minute)
+				}
+				total += time.Since(start)
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s-to-available")
+		})
+	}
 }
