@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -97,6 +100,11 @@ func BenchmarkTLSTimeToAvailable(b *testing.B) {
 				start := time.Now()
 				createWith(b, ns, spec)
 				if withAuth {
+					// The root Secret exists from the first auth step on; Progressing stays
+					// True (EnablingAuth) until etcd's auth is on.
+					eventually(b, time.Minute, "the root user's Secret", func() error {
+						return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.RootAuthSecretName("etcd")}, &corev1.Secret{})
+					})
 					waitCondition(b, ns, v1alpha1.ConditionProgressing, metav1.ConditionFalse, time.Minute)
 				}
 				total += time.Since(start)
