@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -53,6 +55,9 @@ type Options struct {
 	AgentImage string
 	// BackupTimeout bounds one backup attempt (default controllers.DefaultBackupTimeout).
 	BackupTimeout time.Duration
+	// SkipNameValidation lets tests build more than one manager in a process (controller
+	// names are otherwise unique per process, for their metrics).
+	SkipNameValidation bool
 }
 
 // Scheme returns a scheme with the built-in kinds and etcd-pilot's.
@@ -101,6 +106,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// A new leader must not act before the old one has stopped.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOpts,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create manager: %w", err)

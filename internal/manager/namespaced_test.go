@@ -109,7 +109,7 @@ func TestNamespacedModeRunsUnderItsRole(t *testing.T) {
 	}
 
 	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", WatchNamespace: ns,
-		LeaderElect: true, LeaderElectionNamespace: ns, DialEtcd: etcd.FakeDialer(&etcd.Fake{}), EtcdTimeout: time.Second})
+		LeaderElect: true, LeaderElectionNamespace: ns, SkipNameValidation: true, DialEtcd: etcd.FakeDialer(&etcd.Fake{}), EtcdTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
