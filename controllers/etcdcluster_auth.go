@@ -5,13 +5,17 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -40,6 +44,9 @@ func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCl
 		return a, nil
 	}
 	user := operatorUser(t)
+	if user == "" && !c.Spec.Auth.Enabled {
+		return a, nil
+	}
 	if user == "" {
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonEnablingAuth,
 			Message: "spec.auth needs the operator's client certificate (tls.client), which it does not have yet"}, nil
@@ -53,7 +60,13 @@ func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCl
 	defer cancel()
 	st, err := cl.Auth(actx, []string{authplan.RootUser, user})
 	if err != nil {
-		return a, err
+		if authRefused(err) {
+			// Auth is on and the operator is not a user etcd knows, or not allowed to read
+			// users: the planner says how to fix it.
+			st = etcd.AuthState{Enabled: true, Roles: map[string][]string{}}
+		} else {
+			return a, err
+		}
 	}
 	s := authplan.Decide(authplan.Observation{Enabled: c.Spec.Auth.Enabled, OperatorUser: user, State: st})
 	if s.Kind == plan.EnsureRootUser && s.User == authplan.RootUser {
@@ -144,4 +157,14 @@ func (r *EtcdClusterReconciler) rootPassword(ctx context.Context, c *v1alpha1.Et
 	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.ReasonEnablingAuth, "CreateSecret", "Generated the password of etcd's root user into Secret %s", name)
 	return password, nil
+}
+
+// authRefused reports whether etcd refused the operator as a user (unknown, or not allowed).
+func authRefused(err error) bool {
+	for _, e := range []error{rpctypes.ErrUserNotFound, rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed} {
+		if errors.Is(err, e) || strings.Contains(err.Error(), rpctypes.ErrorDesc(e)) {
+			return true
+		}
+	}
+	return false
 }

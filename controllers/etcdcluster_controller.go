@@ -227,6 +227,10 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		switch {
 		case isTLSError(err):
 			specErr, obs.specErr = err, err
+			if clientTLSEnabled(c) {
+				// Status is still read from etcd, with the client certificate there is.
+				cfg, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
+			}
 		case err != nil:
 			return ctrl.Result{}, err
 		}

@@ -58,34 +58,40 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 	}
 	now := time.Now()
 	var expiries []certificates.Expiry
+	var operatorMaterial map[string]certificates.Material
 	if want, ok := operatorCertificates(c, t); ok {
-		observed := map[string]certificates.Material{}
-		names := []string{want.CASecret}
-		for _, l := range want.Leaves {
-			names = append(names, l.Secret)
-		}
-		for _, n := range names {
-			m, ok, err := r.readTLSSecret(ctx, r.Client, c.Namespace, n)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				observed[n] = m
-			}
-		}
 		want.RotationRequest = c.Annotations[v1alpha1.AnnotationRotateCA]
-		want.MembersOnGeneration = -1
-		if rotating(observed[want.CASecret]) {
-			g, err := r.membersGeneration(ctx, c, t)
-			if err != nil {
+		want.Formed = c.Status.ClusterID != ""
+		// Plan from the cache; before writing anything, read the Secrets again past it and
+		// plan again, so no step acts on a Secret the cache has not caught up with (a CA
+		// just rotated, or one the cache does not show).
+		var observed map[string]certificates.Material
+		var steps []certificates.Step
+		var exp []certificates.Expiry
+		for pass, rd := range []client.Reader{r.Client, r.apiReader()} {
+			var err error
+			if observed, err = r.readAll(ctx, rd, c.Namespace, want); err != nil {
 				return nil, err
 			}
-			want.MembersOnGeneration = g
-			want.ServedByCurrentCA = func() bool { return r.servedByCurrentCA(ctx, c, t, observed) }
-		}
-		steps, exp, problem := certificates.Plan(want, observed, now)
-		if problem != nil {
-			return nil, &TLSError{Msg: problem.Error()}
+			want.MembersOnGeneration = -1
+			want.ServedByCurrentCA = nil
+			if rotating(observed[want.CASecret]) {
+				g, err := r.membersGeneration(ctx, c, t)
+				if err != nil {
+					return nil, err
+				}
+				obs := observed
+				want.MembersOnGeneration = g
+				want.ServedByCurrentCA = func() bool { return r.servedByCurrentCA(ctx, c, t, obs) }
+			}
+			var problem *certificates.Problem
+			steps, exp, problem = certificates.Plan(want, observed, now)
+			if problem == nil && len(steps) == 0 {
+				break
+			}
+			if pass == 1 && problem != nil {
+				return nil, &TLSError{Msg: problem.Error()}
+			}
 		}
 		for _, s := range steps {
 			if err := r.issue(ctx, c, want, s, observed, now); err != nil {
@@ -93,9 +99,10 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 			}
 		}
 		if len(steps) > 0 {
-			// Read back what was written, for the expiry in status.
+			// What was written, for the expiry in status.
 			_, exp, _ = certificates.Plan(want, observed, now)
 		}
+		operatorMaterial = observed
 		expiries = exp
 		ca := observed[want.CASecret]
 		c.Status.TrustGeneration = ca.Generation
@@ -105,7 +112,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		c.Status.Certificates = certificateStatus(expiries)
 		return nil, nil
 	}
-	cfg, exp, err := r.clientTLSConfig(ctx, c, now)
+	cfg, exp, err := r.clientTLSConfig(ctx, c, now, operatorMaterial)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +235,8 @@ func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdClust
 	default:
 		return fmt.Errorf("unknown certificate step %q", s.Kind)
 	}
+	// Created when this pass did not see it, else replaced only if unchanged since.
+	m.ResourceVersion = observed[s.Secret].ResourceVersion
 	if err := r.writeTLSSecret(ctx, c, s.Secret, m); err != nil {
 		return err
 	}
@@ -271,25 +280,65 @@ func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.
 			sec.Annotations[v1alpha1.AnnotationRotationRequest] = m.RotationRequest
 		}
 	}
-	err := r.Client.Create(ctx, sec)
-	if apierrors.IsAlreadyExists(err) {
-		cur := &corev1.Secret{}
-		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur); err != nil {
-			return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
+	if m.ResourceVersion == "" {
+		// A Secret this pass did not see: create it, never overwrite one (a CA that exists
+		// after all must not be replaced).
+		if err := r.Client.Create(ctx, sec); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("Secret %s/%s appeared since it was read; looking again", c.Namespace, name)
+			}
+			return fmt.Errorf("failed to create Secret %s/%s: %w", c.Namespace, name, err)
 		}
-		if cur.Type != corev1.SecretTypeTLS {
-			return &TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not of type kubernetes.io/tls: the operator keeps this name for its certificates; rename or delete that Secret", c.Namespace, name)}
-		}
-		cur.Labels, cur.Data, cur.Annotations = sec.Labels, sec.Data, sec.Annotations
-		if len(cur.OwnerReferences) == 0 {
-			cur.OwnerReferences = sec.OwnerReferences
-		}
-		err = r.Client.Update(ctx, cur)
+		return nil
 	}
-	if err != nil {
+	cur := &corev1.Secret{}
+	if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur); err != nil {
+		return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
+	}
+	if cur.Type != corev1.SecretTypeTLS || cur.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
+		return &TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not one etcd-pilot keeps (type kubernetes.io/tls, label %s=%s): the operator keeps this name for the cluster's certificates and does not overwrite it; rename or delete that Secret, or use tls source Secret", c.Namespace, name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
+	}
+	// Only if it is still the Secret this pass planned from (optimistic lock).
+	cur.ResourceVersion = m.ResourceVersion
+	cur.Data = sec.Data
+	for k, v := range sec.Labels {
+		cur.Labels[k] = v
+	}
+	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest} {
+		delete(cur.Annotations, k)
+	}
+	for k, v := range sec.Annotations {
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[k] = v
+	}
+	if len(cur.OwnerReferences) == 0 {
+		cur.OwnerReferences = sec.OwnerReferences
+	}
+	if err := r.Client.Update(ctx, cur); err != nil {
 		return fmt.Errorf("failed to write Secret %s/%s: %w", c.Namespace, name, err)
 	}
 	return nil
+}
+
+// readAll reads the CA and leaf Secrets of want through rd.
+func (r *EtcdClusterReconciler) readAll(ctx context.Context, rd client.Reader, namespace string, want certificates.Want) (map[string]certificates.Material, error) {
+	observed := map[string]certificates.Material{}
+	names := []string{want.CASecret}
+	for _, l := range want.Leaves {
+		names = append(names, l.Secret)
+	}
+	for _, n := range names {
+		m, ok, err := r.readTLSSecret(ctx, rd, namespace, n)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			observed[n] = m
+		}
+	}
+	return observed, nil
 }
 
 // readTLSSecret reads tls.crt, tls.key and ca.crt of a Secret; ok is false when it does not
@@ -304,7 +353,8 @@ func (r *EtcdClusterReconciler) readTLSSecret(ctx context.Context, rd client.Rea
 		return certificates.Material{}, false, fmt.Errorf("failed to get Secret %s/%s: %w", namespace, name, err)
 	}
 	m := certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey],
-		NextCert: s.Data[nextCertKey], NextKey: s.Data[nextKeyKey], RotationRequest: s.Annotations[v1alpha1.AnnotationRotationRequest]}
+		NextCert: s.Data[nextCertKey], NextKey: s.Data[nextKeyKey], RotationRequest: s.Annotations[v1alpha1.AnnotationRotationRequest],
+		ResourceVersion: s.ResourceVersion}
 	m.Generation, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
 	return m, true, nil
 }
@@ -312,7 +362,7 @@ func (r *EtcdClusterReconciler) readTLSSecret(ctx context.Context, rd client.Rea
 // clientTLSConfig builds the TLS configuration the operator dials the cluster with, from the
 // client certificate it presents (its own Secret, or the user's operatorSecretName), and, for
 // Secrets the user provides, checks them and returns their expiry.
-func (r *EtcdClusterReconciler) clientTLSConfig(ctx context.Context, c *v1alpha1.EtcdCluster, now time.Time) (*tls.Config, []certificates.Expiry, error) {
+func (r *EtcdClusterReconciler) clientTLSConfig(ctx context.Context, c *v1alpha1.EtcdCluster, now time.Time, issued map[string]certificates.Material) (*tls.Config, []certificates.Expiry, error) {
 	cl := c.Spec.TLS.Client
 	var exp []certificates.Expiry
 	if cl.Source == v1alpha1.TLSSourceSecret {
@@ -334,6 +384,12 @@ func (r *EtcdClusterReconciler) clientTLSConfig(ctx context.Context, c *v1alpha1
 			return nil, nil, err
 		}
 		exp = append(exp, m)
+	}
+	if m, ok := issued[v1alpha1.OperatorTLSSecretName(c.Name)]; ok && cl.Source != v1alpha1.TLSSourceSecret {
+		// The operator's own certificate, as this pass read or wrote it (the cache may not
+		// show a Secret written a moment ago).
+		cfg, _, err := tlsConfigFrom(c.Namespace, v1alpha1.OperatorTLSSecretName(c.Name), m.Cert, m.Key, m.CA, now)
+		return cfg, exp, err
 	}
 	cfg, leaf, err := buildClientTLS(ctx, r.Client, r.apiReader(), c, now)
 	if err != nil {
@@ -417,16 +473,22 @@ func buildClientTLS(ctx context.Context, cached, api client.Reader, c *v1alpha1.
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
 	}
-	m := certs.KeyPair{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey]}
-	if err := certs.Verify(m, s.Data[certs.CAKey], false, true, now); err != nil {
-		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s cannot serve as the operator's client certificate: %v (it needs tls.crt valid for client authentication, its tls.key, and ca.crt with the CA that signed it and the members' server certificate)", c.Namespace, name, err)}
+	return tlsConfigFrom(c.Namespace, name, s.Data[certs.CertKey], s.Data[certs.KeyKey], s.Data[certs.CAKey], now)
+}
+
+// tlsConfigFrom checks a client certificate, its key and the CA bundle (of Secret name) and
+// builds the TLS configuration that presents it and trusts the bundle.
+func tlsConfigFrom(namespace, name string, cert, key, bundle []byte, now time.Time) (*tls.Config, *x509.Certificate, error) {
+	m := certs.KeyPair{Cert: cert, Key: key}
+	if err := certs.Verify(m, bundle, false, true, now); err != nil {
+		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s cannot serve as the operator's client certificate: %v (it needs tls.crt valid for client authentication, its tls.key, and ca.crt with the CA that signed it and the members' server certificate)", namespace, name, err)}
 	}
 	pair, err := tls.X509KeyPair(m.Cert, m.Key)
 	if err != nil {
-		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s: %v", c.Namespace, name, err)}
+		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s: %v", namespace, name, err)}
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(s.Data[certs.CAKey])
+	pool.AppendCertsFromPEM(bundle)
 	leaf, _ := certs.Parse(m.Cert)
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, leaf, nil
 }

@@ -182,6 +182,9 @@ const (
 	ReasonEnablingAuth = "EnablingAuth"
 	// ReasonDisablingAuth : the operator is turning etcd's authentication off.
 	ReasonDisablingAuth = "DisablingAuth"
+	// ReasonAuthLockedOut : etcd's authentication is on and the operator's client
+	// certificate maps to no user with the root role; the message says how root fixes it.
+	ReasonAuthLockedOut = "AuthLockedOut"
 )
 
 // Safety gate reasons.
@@ -246,4 +249,5 @@ var ReasonEffects = map[string]Effect{
 	ReasonDisarmingAlarm:      EffectProgresses,
 	ReasonEnablingAuth:        EffectProgresses,
 	ReasonDisablingAuth:       EffectProgresses,
+	ReasonAuthLockedOut:       EffectDegrades,
 }

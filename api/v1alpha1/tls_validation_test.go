@@ -49,6 +49,7 @@ func TestTLSAdmission(t *testing.T) {
 	for i, tc := range []struct {
 		name    string
 		create  *v1alpha1.TLSSpec
+		auth    bool
 		update  func(*v1alpha1.EtcdClusterSpec)
 		wantErr []string
 	}{
@@ -56,11 +57,24 @@ func TestTLSAdmission(t *testing.T) {
 			wantErr: []string{"tls.peer cannot be added or removed"}},
 		{name: "client TLS removed refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
 			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{"tls.client cannot be added or removed"}},
+		{name: "operator certificate source changed under auth refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
+			auth: true, update: func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS.Client.Source, s.TLS.Client.SecretName, s.TLS.Client.OperatorSecretName = v1alpha1.TLSSourceSecret, "s", "o"
+			}, wantErr: []string{"cannot change while auth is enabled"}},
+		{name: "operator certificate source changed without auth accepted", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
+			update: func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS.Client.Source, s.TLS.Client.SecretName, s.TLS.Client.OperatorSecretName = v1alpha1.TLSSourceSecret, "s", "o"
+			}},
 		{name: "extra SANs changed accepted", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
 			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS.ExtraSANs = []string{"etcd.example"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ec := newCluster(ns, objectName(100+i), func(s *v1alpha1.EtcdClusterSpec) { s.TLS = tc.create })
+			ec := newCluster(ns, objectName(100+i), func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS = tc.create
+				if tc.auth {
+					s.Auth = &v1alpha1.AuthSpec{Enabled: true}
+				}
+			})
 			if err := env.Client.Create(reqCtx(t), ec); err != nil {
 				t.Fatal(err)
 			}

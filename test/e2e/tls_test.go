@@ -190,6 +190,32 @@ func TestTLSClusterWithOperatorIssuedCertificates(t *testing.T) {
 		return certs.Verify(certs.KeyPair{Cert: s.Data["tls.crt"], Key: s.Data["tls.key"]}, caSec.Data["ca.crt"], true, true, time.Now())
 	})
 	w.waitAcked(t, 50)
+
+	// The CA Secret deleted: a formed cluster's CA is never created anew (the members trust
+	// the one they started with). The cluster says so and keeps serving; restoring the
+	// Secret clears it.
+	if err := k8s.Delete(context.Background(), caSec); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "Degraded TLSNotReady naming the CA Secret", func() error {
+		d := meta.FindStatusCondition(getCluster(t, ns).Status.Conditions, v1alpha1.ConditionDegraded)
+		if d == nil || d.Reason != v1alpha1.ReasonTLSNotReady || !strings.Contains(d.Message, "etcd-ca") {
+			return fmt.Errorf("Degraded is %+v", d)
+		}
+		return nil
+	})
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "etcd-ca"}, &corev1.Secret{}); err == nil {
+		t.Fatal("a new CA was created for a formed cluster")
+	}
+	w.waitAcked(t, 50)
+	restored := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: caSec.Name, Labels: caSec.Labels, Annotations: caSec.Annotations},
+		Type: caSec.Type, Data: caSec.Data}
+	if err := k8s.Create(context.Background(), restored); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, v1alpha1.ConditionDegraded, metav1.ConditionFalse, time.Minute)
+
+	w.waitAcked(t, 50)
 	noSecretInEvents(t, ns)
 	w.finish(t, ns, 3)
 	t.Logf("longest write gap %s", w.longestGap().Round(time.Millisecond))

@@ -36,6 +36,11 @@ func Decide(o Observation) plan.Step {
 		}
 		return plan.Step{Kind: plan.None}
 	}
+	if o.State.Enabled && !slices.Contains(o.State.Roles[o.OperatorUser], "root") {
+		// With authentication on, only root may add users: the operator cannot repair this.
+		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonAuthLockedOut,
+			Message: fmt.Sprintf("etcd's authentication is on and the operator's client certificate (common name %s) is no user with the root role, so it cannot change membership, upgrade or back up the cluster. As root (password in the Secret <name>-root-auth) run: etcdctl user add %s --no-password; etcdctl user grant-role %s root", o.OperatorUser, o.OperatorUser, o.OperatorUser)}
+	}
 	for _, u := range []string{RootUser, o.OperatorUser} {
 		if !slices.Contains(o.State.Roles[u], "root") {
 			return plan.Step{Kind: plan.EnsureRootUser, User: u, Reason: v1alpha1.ReasonEnablingAuth,

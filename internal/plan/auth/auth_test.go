@@ -26,10 +26,12 @@ func TestDecide(t *testing.T) {
 			State: etcd.AuthState{Roles: map[string][]string{"root": root, "etcd-pilot": root}}}, plan.EnableAuth, ""},
 		{"on and on", Observation{Enabled: true, OperatorUser: "etcd-pilot",
 			State: etcd.AuthState{Enabled: true, Roles: map[string][]string{"root": root, "etcd-pilot": root}}}, plan.None, ""},
-		// Someone revoked the operator's role while auth is on: it puts it back (it still can
-		// only if its certificate maps to a root user, else etcd refuses and says so).
+		// The operator's user lost the root role, or its certificate now carries another
+		// name, while auth is on: only root can repair it, so it says how.
 		{"operator's role revoked", Observation{Enabled: true, OperatorUser: "etcd-pilot",
-			State: etcd.AuthState{Enabled: true, Roles: map[string][]string{"root": root, "etcd-pilot": nil}}}, plan.EnsureRootUser, "etcd-pilot"},
+			State: etcd.AuthState{Enabled: true, Roles: map[string][]string{"root": root, "etcd-pilot": nil}}}, plan.Wait, ""},
+		{"operator's certificate renamed", Observation{Enabled: true, OperatorUser: "pilot-2",
+			State: etcd.AuthState{Enabled: true, Roles: map[string][]string{"root": root}}}, plan.Wait, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

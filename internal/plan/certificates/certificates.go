@@ -36,6 +36,8 @@ type Material struct {
 	NextCert, NextKey []byte
 	Generation        int64
 	RotationRequest   string
+	// ResourceVersion is the Secret's, for an optimistic write.
+	ResourceVersion string
 }
 
 // Leaf is a leaf certificate the cluster needs, in the Secret named Secret.
@@ -63,6 +65,9 @@ type Want struct {
 	// after its pod template carried it, and is ready), or -1 when they differ or one is not
 	// ready.
 	MembersOnGeneration int64
+	// Formed is true once the cluster has formed with these certificates: a missing CA is
+	// then never created anew, since the members trust the one they started with.
+	Formed bool
 	// ServedByCurrentCA reports whether every member serves, on its client and peer ports,
 	// a certificate signed by the current CA (read in a handshake). Only asked for before the
 	// old CA is dropped.
@@ -131,6 +136,9 @@ type Expiry struct {
 // observed holds the Secrets that exist, by name.
 func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry, *Problem) {
 	caMat, ok := observed[w.CASecret]
+	if !ok && w.Formed {
+		return nil, nil, &Problem{Secret: w.CASecret, Reason: ReasonMissing, Detail: "the members run with certificates this CA signed, and a new CA would make them refuse each other. Restore the Secret (from a backup of the namespace's Secrets); the operator does not create a new CA for a cluster that has formed"}
+	}
 	if !ok {
 		// A new CA invalidates every leaf: issue them all after it.
 		steps := []Step{{Kind: CreateCA, Secret: w.CASecret, Reason: ReasonMissing}}
@@ -145,7 +153,7 @@ func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry
 		if err != nil {
 			detail = err.Error()
 		}
-		return nil, nil, &Problem{Secret: w.CASecret, Reason: ReasonUnreadable, Detail: detail + "; the members trust the CA it held, so the operator does not replace it: restore the Secret, or delete it to start over with a new CA (every member then needs a restart)"}
+		return nil, nil, &Problem{Secret: w.CASecret, Reason: ReasonUnreadable, Detail: detail + "; the members trust the CA it held, so the operator does not replace it: restore the Secret (from a backup of the namespace's Secrets)"}
 	}
 	bundle := caMat.CA
 	if len(bundle) == 0 {

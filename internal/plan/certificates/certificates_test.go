@@ -129,6 +129,21 @@ func TestPlan(t *testing.T) {
 		})
 	}
 
+	// A formed cluster's CA is never created anew, whether or not the leaves are there.
+	w.Formed = true
+	o4 := map[string]Material{}
+	for k, v := range obs {
+		if k != "e-ca" {
+			o4[k] = v
+		}
+	}
+	for _, o := range []map[string]Material{o4, {}} {
+		if steps, _, p := Plan(w, o, t0); p == nil || len(steps) != 0 {
+			t.Fatalf("missing CA of a formed cluster: %v %v", kinds(steps), p)
+		}
+	}
+	w.Formed = false
+
 	// A CA Secret that cannot be read is never replaced.
 	o3 := map[string]Material{"e-ca": {Cert: []byte("garbage")}}
 	if steps, _, p := Plan(w, o3, t0); p == nil || len(steps) != 0 {
