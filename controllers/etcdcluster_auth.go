@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -136,17 +134,10 @@ func (r *EtcdClusterReconciler) rootPassword(ctx context.Context, c *v1alpha1.Et
 	}
 	password := base64.RawURLEncoding.EncodeToString(b)
 	s = &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: c.Namespace,
-			Labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
-			// Owned by the cluster: it goes with it. Kept otherwise, since etcd keeps the user.
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Type: corev1.SecretTypeBasicAuth,
-		Data: map[string][]byte{"username": []byte(authplan.RootUser), "password": []byte(password)},
+		// Owned by the cluster: it goes with it, and is kept as long as the cluster is.
+		ObjectMeta: ownedSecretMeta(c, name),
+		Type:       corev1.SecretTypeBasicAuth,
+		Data:       map[string][]byte{"username": []byte(authplan.RootUser), "password": []byte(password)},
 	}
 	if err := r.Client.Create(ctx, s); err != nil {
 		if apierrors.IsAlreadyExists(err) {

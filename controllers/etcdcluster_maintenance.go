@@ -117,13 +117,7 @@ func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v
 
 // alarms asks the answering members for the cluster's alarm list.
 func (r *EtcdClusterReconciler) alarms(ctx context.Context, t topology, e *etcd.Observed) ([]etcd.Alarm, error) {
-	var endpoints []string
-	for _, m := range e.Cluster.Members {
-		if _, ok := e.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
-			endpoints = append(endpoints, m.ClientURLs[0])
-		}
-	}
-	cl, err := r.DialEtcd(ctx, endpoints, t.tls)
+	cl, err := r.DialEtcd(ctx, clientURLs(e), t.tls)
 	if err != nil {
 		return nil, err
 	}

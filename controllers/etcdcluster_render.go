@@ -40,15 +40,30 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 		return nil, fmt.Errorf("the chart refused the values computed from the spec (check spec.chart.values): %w", err)
 	}
 	if c.UID != "" {
-		ref := metav1.OwnerReference{
-			APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
-			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-		}
+		ref := clusterOwnerRef(c)
 		for _, o := range objs {
 			o.SetOwnerReferences([]metav1.OwnerReference{ref})
 		}
 	}
 	return objs, nil
+}
+
+// clusterOwnerRef makes c the controlling owner of an object: it goes when c is deleted.
+func clusterOwnerRef(c *v1alpha1.EtcdCluster) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// ownedSecretMeta is the metadata of a Secret the operator keeps for c: owned by c and
+// labelled so the operator's cache (which holds only managed Secrets) sees it.
+func ownedSecretMeta(c *v1alpha1.EtcdCluster, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: c.Namespace,
+		Labels:          map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+		OwnerReferences: []metav1.OwnerReference{clusterOwnerRef(c)},
+	}
 }
 
 // InventorySelector selects the objects applied for the EtcdCluster named name.

@@ -260,16 +260,10 @@ func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdClust
 // the cluster and labelled so the operator's cache sees it.
 func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, name string, m certificates.Material) error {
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: c.Namespace,
-			Labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{certs.CertKey: m.Cert, certs.KeyKey: m.Key, certs.CAKey: m.CA},
+		// Owned by the cluster: it goes with it, and is kept as long as the cluster is.
+		ObjectMeta: ownedSecretMeta(c, name),
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{certs.CertKey: m.Cert, certs.KeyKey: m.Key, certs.CAKey: m.CA},
 	}
 	if len(m.NextCert) > 0 {
 		sec.Data[nextCertKey], sec.Data[nextKeyKey] = m.NextCert, m.NextKey

@@ -29,11 +29,14 @@ func TestAuthRefusesAnonymousAndTheOperatorStillUpgrades(t *testing.T) {
 	admin := issueUserCert(t, ca, caSec.Data["ca.crt"], "e2e-admin")
 	user := issueUserCert(t, ca, caSec.Data["ca.crt"], "e2e-user")
 	nobody := issueUserCert(t, ca, caSec.Data["ca.crt"], "nobody")
+	// The writer and endpoint() use e2e-user's certificate and https from here on.
+	clientTLS.Store(ns, user.tls)
+	t.Cleanup(func() { clientTLS.Delete(ns) })
 
 	// Evidence from etcd: authentication is on; root logs in with the generated password.
 	root := getSecret(t, ns, v1alpha1.RootAuthSecretName("etcd"))
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: strings.Split(strings.ReplaceAll(endpoints(ns, 3), "http://", "https://"), ","),
+		Endpoints: strings.Split(endpoints(ns, 3), ","),
 		TLS:       admin.tls, Username: string(root.Data["username"]), Password: string(root.Data["password"]),
 		DialTimeout: 2 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
 	})
@@ -74,9 +77,6 @@ func TestAuthRefusesAnonymousAndTheOperatorStillUpgrades(t *testing.T) {
 	}
 
 	ep := endpoint(ns, 0)
-	if !strings.HasPrefix(ep, "https://") {
-		ep = strings.Replace(ep, "http://", "https://", 1)
-	}
 	if out, err := etcdctl(t, "--endpoints", ep, "--cacert", nobody.ca, "--cert", nobody.c, "--key", nobody.k, "put", "w-anonymous", "x"); err == nil {
 		t.Fatalf("a certificate without an etcd user could write: %s", out)
 	} else {
@@ -90,8 +90,6 @@ func TestAuthRefusesAnonymousAndTheOperatorStillUpgrades(t *testing.T) {
 
 	// The operator, authenticated by its certificate, still rolls the members to 3.7 (one
 	// restart and one hand-over each) while e2e-user writes.
-	clientTLS.Store(ns, user.tls)
-	t.Cleanup(func() { clientTLS.Delete(ns) })
 	run := upgrade(t, ns, "3.7.3")
 	if run.termChanges > 1 {
 		t.Errorf("%d leader changes during the upgrade, want at most the one hand-over", run.termChanges)
