@@ -150,7 +150,7 @@ func newLocalFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	fs, dirFlag := newLocalFlagSet("up", stderr)
 	nodes := fs.Int("nodes", 3, "number of process nodes")
-	operator := fs.Bool("operator", true, "run the operator (restarted when it crashes)")
+	operator := fs.Bool("operator", true, "install the operator from config/default: a Deployment whose pods run --operator-binary as its image")
 	verbose := fs.Bool("v", false, "print each start-up step")
 	operatorBin := fs.String("operator-binary", "", "the operator binary: run as the operator (its manager command) and as the operator's image (default: "+operatorBinaryName+" next to this binary)")
 	if pos, err := localFlags(fs, args); err != nil {

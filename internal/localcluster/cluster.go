@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +49,8 @@ type Options struct {
 	Dir string
 	// Nodes is the number of process nodes, named local-node-1..N in zones zone-a, zone-b...
 	Nodes int
-	// Operator runs the operator (OperatorBinary manager) and restarts it when it crashes.
+	// Operator installs the operator from config/default (kubectl apply -k): its Deployment's
+	// pods run OperatorBinary as the operator's image, under the roles of config/.
 	Operator bool
 	// Binaries locates the Kubernetes and etcd builds and the repository (for the CRDs).
 	Binaries Binaries
@@ -56,8 +58,8 @@ type Options struct {
 	// each container through its hidden shim command (Executable shim).
 	Executable string
 	// OperatorBinary is the operator's binary (etcd-pilot, a separate build that does not
-	// link this package): the operator that runs when Operator is set, and the only file of
-	// the operator's image (see InstallOperatorImage). It must pass CheckOperatorBinary.
+	// link this package): the only file of the operator's image (see InstallOperatorImage),
+	// which the operator's pods and its backup pods run. It must pass CheckOperatorBinary.
 	OperatorBinary string
 	// Names is the name view every process of the cluster resolves through.
 	Names NameView
@@ -84,8 +86,7 @@ type Cluster struct {
 	nodesStop context.CancelFunc
 	nodesWG   sync.WaitGroup
 
-	operator     *supervisor
-	operatorStop context.CancelFunc
+	operator *operator // nil without Options.Operator
 
 	auxStop context.CancelFunc // provisioner and Service publisher
 	auxWG   sync.WaitGroup
@@ -186,16 +187,10 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	step(fmt.Sprintf("%d nodes ready", opts.Nodes))
 
 	if opts.Operator {
-		opCtx, opStop := context.WithCancel(context.Background())
-		c.operatorStop = opStop
-		c.operator = newSupervisor("operator", opts.OperatorBinary,
-			[]string{"manager", "--metrics-bind-address=0", "--health-probe-bind-address=0"},
-			[]string{"KUBECONFIG=" + c.Kubeconfig}, filepath.Join(logs, "operator.log"), c.log.WithName("operator"))
-		if err := truncate(c.operator.logPath); err != nil {
+		if err := c.installOperator(ctx); err != nil {
 			return c, err
 		}
-		go c.operator.run(opCtx)
-		step("operator started")
+		step("operator running (config/default)")
 	}
 	return c, nil
 }
@@ -215,6 +210,10 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	api, err := url.Parse(c.RESTConfig.Host)
+	if err != nil {
+		return fmt.Errorf("failed to parse the API server's address %q: %w", c.RESTConfig.Host, err)
+	}
 	images := WithOverrides(filepath.Join(c.opts.Dir, ImageOverridesFile), Images(c.opts.Binaries.EtcdRoot, operatorDir))
 	for i := range c.opts.Nodes {
 		name := fmt.Sprintf("local-node-%d", i+1)
@@ -223,15 +222,16 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 			return err
 		}
 		n, err := node.New(node.Config{
-			Name:   name,
-			Zone:   zoneName(i),
-			Client: c.client,
-			Dir:    filepath.Join(c.opts.Dir, "nodes", name),
-			Images: images,
-			IPs:    ips,
-			Names:  c.opts.Names,
-			Shim:   []string{c.opts.Executable, "shim"},
-			Log:    log,
+			Name:      name,
+			Zone:      zoneName(i),
+			Client:    c.client,
+			Dir:       filepath.Join(c.opts.Dir, "nodes", name),
+			Images:    images,
+			IPs:       ips,
+			Names:     c.opts.Names,
+			Shim:      []string{c.opts.Executable, "shim"},
+			Log:       log,
+			APIServer: api.Host,
 			// Tearing the cluster down need not wait for etcd members to leave gracefully:
 			// the next up starts from empty volumes anyway.
 			ShutdownGracePeriod: podShutdownGrace,
@@ -315,9 +315,13 @@ func (c *Cluster) fail(err error) {
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
 		if c.operator != nil {
-			c.operatorStop()
-			<-c.operator.stopped
-			c.log.Info("operator stopped")
+			ctx, cancel := context.WithTimeout(context.Background(), operatorStopTimeout)
+			if err := c.operator.stop(ctx); err != nil {
+				c.log.Error(err, "failed to stop the operator before the rest")
+			} else {
+				c.log.Info("operator stopped")
+			}
+			cancel()
 		}
 		if c.nodesStop != nil {
 			c.nodesStop()
@@ -385,26 +389,6 @@ func (c *Cluster) KillPod(namespace, name string) error {
 	return n.KillPod(namespace, name)
 }
 
-// StopOperator stops the operator until StartOperator.
-func (c *Cluster) StopOperator() error {
-	if c.operator == nil {
-		return errors.New("this local cluster runs no operator (it was started with --operator=false)")
-	}
-	c.operator.stop()
-	return nil
-}
-
-// StartOperator starts the operator again after StopOperator. env (KEY=VALUE) is added to the
-// operator's environment from now on (tests set ETCD_PILOT_FAULT_AFTER with it); nil keeps
-// the environment it had.
-func (c *Cluster) StartOperator(env []string) error {
-	if c.operator == nil {
-		return errors.New("this local cluster runs no operator (it was started with --operator=false)")
-	}
-	c.operator.start(env)
-	return nil
-}
-
 func (c *Cluster) node(name string) (*node.Node, error) {
 	n := c.nodes[name]
 	if n == nil {
@@ -429,13 +413,6 @@ func (c *Cluster) fileLogger(path string) (logr.Logger, error) {
 		}
 		fmt.Fprintf(f, "%s %s%s\n", time.Now().Format("15:04:05.000"), prefix, args)
 	}, funcr.Options{Verbosity: 1}), nil
-}
-
-func truncate(path string) error {
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		return fmt.Errorf("failed to truncate %s: %w", path, err)
-	}
-	return nil
 }
 
 // installCRDs creates the CustomResourceDefinitions of the YAML files in dir (the generated

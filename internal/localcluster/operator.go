@@ -1,127 +1,228 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
-
-	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/controlplane"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 )
 
-// Bounds of the back-off between restarts of a crashing operator.
+// The operator's Deployment, as config/default installs it.
 const (
-	operatorBackoffMin = time.Second
-	operatorBackoffMax = 30 * time.Second
-	// operatorStopGrace is how long the operator may take to exit after SIGTERM.
-	operatorStopGrace = 10 * time.Second
-	// operatorHealthy is how long a run must last for the back-off to reset.
-	operatorHealthy = time.Minute
+	OperatorNamespace  = "etcd-pilot-system"
+	OperatorDeployment = "etcd-pilot"
+	// OperatorContainer is the Deployment's container that runs the manager.
+	OperatorContainer = "manager"
+	// operatorReadyTimeout bounds the wait for the first operator pod to be Ready at start.
+	operatorReadyTimeout = 2 * time.Minute
+	// operatorStopTimeout bounds the wait for the operator's pods to be gone after a scale
+	// to zero (their grace period is 10 s).
+	operatorStopTimeout = time.Minute
 )
 
-// supervisor runs one process (the operator) and restarts it when it exits, with exponential
-// back-off, while it is wanted. Tests stop and start it to check that the etcd clusters keep
-// serving without their operator.
-type supervisor struct {
-	name    string
-	bin     string
-	args    []string
-	env     []string
-	extra   []string // added to env by start
-	fresh   bool     // set by start: the next crash back-off starts over
-	logPath string
-	log     logr.Logger
+// operator is the operator installed from config/default: a Deployment whose pods the process
+// nodes run from the operator's image (OperatorBinary), under the ServiceAccount, roles and
+// bindings of config/, with a projected service-account token. Stopping it scales the
+// Deployment to zero; starting it scales it back, with the extra environment tests ask for.
+type operator struct {
+	c *Cluster
 
-	mu      sync.Mutex
-	wanted  bool
-	proc    *controlplane.Process
-	wake    chan struct{}
-	stopped chan struct{} // closed when run returns
+	mu       sync.Mutex
+	replicas int32           // the Deployment's replicas as installed
+	baseEnv  []corev1.EnvVar // the manager container's env as installed
+	extra    []string        // KEY=VALUE added by StartOperator
 }
 
-func newSupervisor(name, bin string, args, env []string, logPath string, log logr.Logger) *supervisor {
-	return &supervisor{name: name, bin: bin, args: args, env: env, logPath: logPath, log: log, wanted: true, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+// installOperator applies config/default with kubectl, as a user installs the operator, and
+// waits until one of its pods is Ready.
+func (c *Cluster) installOperator(ctx context.Context) error {
+	kubectl := filepath.Join(c.opts.Binaries.Kube, "kubectl")
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts",
+		"-k", filepath.Join(c.opts.Binaries.Root, "config", "default"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("failed to install the operator (kubectl apply -k config/default): %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	c.log.Info("applied config/default", "output", out.String())
+	d, err := c.client.AppsV1().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("config/default installed no Deployment %s/%s: %w", OperatorNamespace, OperatorDeployment, err)
+	}
+	mgr := operatorContainer(d)
+	if mgr == nil {
+		return fmt.Errorf("the Deployment %s/%s of config/default has no container %q", OperatorNamespace, OperatorDeployment, OperatorContainer)
+	}
+	c.operator = &operator{c: c, replicas: ptrOr(d.Spec.Replicas, 1), baseEnv: slices.Clone(mgr.Env)}
+	return c.operator.waitReady(ctx, operatorReadyTimeout)
 }
 
-// run keeps the process running while wanted, until ctx ends; it then stops the process and
-// returns.
-func (s *supervisor) run(ctx context.Context) {
-	defer close(s.stopped)
-	backoff := operatorBackoffMin
-	for {
-		// The check and the start happen under the lock, so a concurrent stop either sees
-		// the new process or keeps it from starting.
-		s.mu.Lock()
-		if !s.wanted {
-			s.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.wake:
-				continue
-			}
+func operatorContainer(d *appsv1.Deployment) *corev1.Container {
+	for i := range d.Spec.Template.Spec.Containers {
+		if d.Spec.Template.Spec.Containers[i].Name == OperatorContainer {
+			return &d.Spec.Template.Spec.Containers[i]
 		}
-		if s.fresh {
-			backoff, s.fresh = operatorBackoffMin, false
-		}
-		started := time.Now()
-		p, err := controlplane.StartProcess(s.name, s.bin, s.args, append(append([]string(nil), s.env...), s.extra...), s.logPath, false)
-		s.proc = p
-		s.mu.Unlock()
+	}
+	return nil
+}
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// pods lists the operator's pods.
+func (o *operator) pods(ctx context.Context) ([]corev1.Pod, error) {
+	d, err := o.c.client.AppsV1().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	list, err := o.c.client.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// waitReady waits until a pod of the operator is Ready.
+func (o *operator) waitReady(ctx context.Context, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := o.pods(ctx)
 		if err != nil {
-			s.log.Error(err, "failed to start", "process", s.name)
-		} else {
-			s.log.Info("started", "process", s.name, "pid", p.Pid())
-			select {
-			case <-ctx.Done():
-				p.Stop(operatorStopGrace)
-				return
-			case <-p.Done():
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%d pods, none Ready", len(pods))
+		for _, p := range pods {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					return true, nil
+				}
 			}
-			s.mu.Lock()
-			s.proc = nil
-			s.mu.Unlock()
-			if p.Stopping() { // stopped on request: not a crash, no back-off
-				s.log.Info("stopped on request", "process", s.name)
-				continue
-			}
-			s.log.Error(p.Err(), "exited; restarting after back-off", "process", s.name, "backoff", backoff, "log", s.logPath)
 		}
-		if time.Since(started) > operatorHealthy {
-			backoff = operatorBackoffMin
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, operatorBackoffMax)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no pod of the operator's Deployment %s/%s became Ready within %s (%s; see the node logs in %s): %w",
+			OperatorNamespace, OperatorDeployment, timeout, last, filepath.Join(o.c.opts.Dir, "nodes"), err)
 	}
+	return nil
 }
 
-// stop stops the process and keeps it stopped until start. It returns once the process has
-// exited.
-func (s *supervisor) stop() {
-	s.mu.Lock()
-	s.wanted = false
-	p := s.proc
-	s.mu.Unlock()
-	if p != nil {
-		p.Stop(operatorStopGrace)
-	}
-	poke(s.wake)
+// update changes the Deployment with f, retrying on conflicts.
+func (o *operator) update(ctx context.Context, f func(d *appsv1.Deployment) error) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		deps := o.c.client.AppsV1().Deployments(OperatorNamespace)
+		d, err := deps.Get(ctx, OperatorDeployment, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := f(d); err != nil {
+			return err
+		}
+		_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	})
 }
 
-// start lets the process run again (at once, without waiting out a back-off), with extra
-// environment variables when extra is not nil.
-func (s *supervisor) start(extra []string) {
-	s.mu.Lock()
+// stop scales the Deployment to zero and waits until its pods are gone: the operator's
+// processes have exited (SIGTERM: the leader releases its lease).
+func (o *operator) stop(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.update(ctx, func(d *appsv1.Deployment) error {
+		d.Spec.Replicas = new(int32)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("failed to scale the operator's Deployment to 0: %w", err)
+	}
+	var left int
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, operatorStopTimeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := o.pods(ctx)
+		if err != nil {
+			return false, nil
+		}
+		left = len(pods)
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d pods of the operator still exist %s after scaling it to 0: %w", left, operatorStopTimeout, err)
+	}
+	return nil
+}
+
+// start scales the Deployment back to its installed replicas, with extra (KEY=VALUE) added to
+// the manager's environment when extra is not nil (an empty extra drops earlier ones).
+func (o *operator) start(ctx context.Context, extra []string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if extra != nil {
-		s.extra = extra
+		for _, kv := range extra {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
+			}
+		}
+		o.extra = slices.Clone(extra)
 	}
-	s.wanted, s.fresh = true, true
-	s.mu.Unlock()
-	poke(s.wake)
+	env := slices.Clone(o.baseEnv)
+	for _, kv := range o.extra {
+		k, v, _ := strings.Cut(kv, "=")
+		env = slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return e.Name == k })
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	err := o.update(ctx, func(d *appsv1.Deployment) error {
+		mgr := operatorContainer(d)
+		if mgr == nil {
+			return fmt.Errorf("the operator's Deployment has no container %q", OperatorContainer)
+		}
+		mgr.Env = env
+		d.Spec.Replicas = &o.replicas
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("failed to scale the operator's Deployment to %d: %w", o.replicas, err)
+	}
+	return nil
+}
+
+// StopOperator stops the operator until StartOperator: its Deployment is scaled to zero.
+func (c *Cluster) StopOperator() error {
+	if c.operator == nil {
+		return errors.New("this local cluster runs no operator (it was started with --operator=false)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), operatorStopTimeout+10*time.Second)
+	defer cancel()
+	return c.operator.stop(ctx)
+}
+
+// StartOperator starts the operator again after StopOperator: its Deployment is scaled back.
+// env (KEY=VALUE) is added to the operator's environment from now on (tests set
+// ETCD_PILOT_FAULT_AFTER with it); nil keeps the environment it had, empty drops what
+// earlier calls added.
+func (c *Cluster) StartOperator(env []string) error {
+	if c.operator == nil {
+		return errors.New("this local cluster runs no operator (it was started with --operator=false)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.operator.start(ctx, env)
 }

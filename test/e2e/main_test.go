@@ -170,11 +170,12 @@ func stopLocal(up *exec.Cmd) {
 	}
 }
 
-// dumpLogs prints the tail of the local cluster's component logs, for failed runs.
+// dumpLogs prints the tail of the local cluster's component logs and of the operator's, for
+// failed runs.
 func dumpLogs() {
 	files, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
 	for _, f := range files {
-		if !strings.Contains(f, "operator") && !strings.Contains(f, "controller-manager") {
+		if !strings.Contains(f, "local.log") && !strings.Contains(f, "controller-manager") {
 			continue
 		}
 		b, _ := os.ReadFile(f)
@@ -183,6 +184,41 @@ func dumpLogs() {
 		}
 		fmt.Fprintf(os.Stderr, "==== %s (tail)\n%s\n", f, b)
 	}
+	b := operatorLogs()
+	if len(b) > 12000 {
+		b = b[len(b)-12000:]
+	}
+	fmt.Fprintf(os.Stderr, "==== the operator's pods (tail)\n%s\n", b)
+}
+
+// operatorNamespace and operatorLabels find the operator config/default installs.
+const operatorNamespace = "etcd-pilot-system"
+
+var operatorLabels = client.MatchingLabels{"app.kubernetes.io/name": "etcd-pilot"}
+
+// operatorPods lists the operator's pods.
+func operatorPods(t testing.TB) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(operatorNamespace), operatorLabels); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// operatorLogs returns the logs of every pod the operator has had, each file's lines in order
+// (the process nodes keep a pod's log after the pod is gone).
+func operatorLogs() string {
+	files, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "logs", operatorNamespace+"_*_manager.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "---- %s\n%s", filepath.Base(f), data)
+	}
+	return b.String()
 }
 
 // local runs `etcd-pilot-local ARGS...` against the suite's cluster.

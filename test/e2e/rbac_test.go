@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,4 +117,66 @@ func TestEditAndViewRolesCoverEtcdClusters(t *testing.T) {
 	if err := editor.Delete(context.Background(), got); err != nil {
 		t.Fatalf("edit cannot delete an EtcdCluster: %v", err)
 	}
+}
+
+// The operator runs as a pod of config/default's Deployment, under that ServiceAccount and
+// ClusterRole: with a permission taken out of the role it refuses to start and names it,
+// and with the role restored it runs again.
+func TestOperatorWithoutAPermissionOfItsRoleExitsNamingIt(t *testing.T) {
+	ctx := context.Background()
+	const roleName = "etcd-pilot-manager"
+	if out, err := local(t, "operator", "stop"); err != nil {
+		t.Fatalf("operator stop: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		applyClusterRole(t, "role.yaml")
+		restartOperator(t, "")
+		eventually(t, 2*time.Minute, "an operator pod Ready again", func() error { return operatorReady(t) })
+	})
+	role := &rbacv1.ClusterRole{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: roleName}, role); err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	for _, r := range role.Rules {
+		r.Resources = slices.DeleteFunc(slices.Clone(r.Resources), func(res string) bool { return res == "statefulsets" })
+		if len(r.Resources) > 0 || len(r.NonResourceURLs) > 0 {
+			rules = append(rules, r)
+		}
+	}
+	if len(rules) == len(role.Rules) {
+		t.Fatalf("the role %s grants nothing on statefulsets", roleName)
+	}
+	role.Rules = rules
+	if err := k8s.Update(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := local(t, "operator", "start"); err != nil {
+		t.Fatalf("operator start: %v %s", err, out)
+	}
+	eventually(t, 2*time.Minute, "the operator exited naming the missing permission", func() error {
+		if operatorCrashes(t) == 0 {
+			return errors.New("no operator container has exited yet")
+		}
+		logs := operatorLogs()
+		if !strings.Contains(logs, "lacks") || !strings.Contains(logs, "list statefulsets.apps in every namespace") {
+			return errors.New("no log line names the missing permission")
+		}
+		return nil
+	})
+	if err := operatorReady(t); err == nil {
+		t.Fatal("an operator pod is Ready without the permissions it needs")
+	}
+}
+
+// operatorReady is nil when a pod of the operator is Ready.
+func operatorReady(t *testing.T) error {
+	for _, p := range operatorPods(t) {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+				return nil
+			}
+		}
+	}
+	return errors.New("no operator pod is Ready")
 }

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -301,16 +299,14 @@ func logPodsOnFailure(t testing.TB, ns string) {
 					cs.State.Running != nil, cs.State.Terminated, cs.LastTerminationState.Terminated)
 			}
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, "logs", "operator.log")); err == nil {
-			var lines []string
-			for _, line := range strings.Split(string(b), "\n") {
-				if strings.Contains(line, ns) {
-					lines = append(lines, line)
-				}
+		var lines []string
+		for _, line := range strings.Split(operatorLogs(), "\n") {
+			if strings.Contains(line, ns) {
+				lines = append(lines, line)
 			}
-			for _, line := range lines[max(0, len(lines)-12):] {
-				t.Log(line)
-			}
+		}
+		for _, line := range lines[max(0, len(lines)-12):] {
+			t.Log(line)
 		}
 		c := getCluster(t, ns)
 		t.Logf("status.restore %+v", c.Status.Restore)

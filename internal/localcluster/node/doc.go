@@ -28,7 +28,8 @@
 //
 // What it does not do: resource limits, security contexts (every process runs as the node's
 // user), sidecar (restartable) init containers, ephemeral containers, lifecycle hooks, gRPC
-// probes, service environment variables, in-place updates of a pod's containers, refreshing
+// probes, service environment variables (except the kubernetes Service's, which name the API
+// server itself: there is no kube-proxy), in-place updates of a pod's containers, refreshing
 // token and projected volumes after the pod started, and image entrypoints (a container must
 // name its command). Secret and ConfigMap volumes are refreshed while the pod runs, every two
 // seconds, atomically through a ..data link as the kubelet writes them.

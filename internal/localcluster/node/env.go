@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"sort"
 	"strings"
 
@@ -19,6 +20,12 @@ import (
 // ip is the pod's IP (status.podIP may not be written yet).
 func (w *podWorker) containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, ip string) (map[string]string, error) {
 	env := map[string]string{}
+	// The kubelet's service variables come first: envFrom and env may override them.
+	if host, port, err := net.SplitHostPort(w.n.cfg.APIServer); err == nil {
+		env["KUBERNETES_SERVICE_HOST"] = host
+		env["KUBERNETES_SERVICE_PORT"] = port
+		env["KUBERNETES_SERVICE_PORT_HTTPS"] = port
+	}
 	for _, from := range c.EnvFrom {
 		var data map[string]string
 		switch {

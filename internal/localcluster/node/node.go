@@ -67,6 +67,12 @@ type Config struct {
 	Shim []string
 	// Log receives the node's log lines.
 	Log logr.Logger
+	// APIServer is the API server's host:port, given to every container as
+	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, the variables of the kubernetes
+	// Service through which in-cluster clients find the API server. With no kube-proxy here
+	// they name the API server itself rather than the Service's cluster IP. Empty leaves
+	// them out.
+	APIServer string
 
 	// RestartBackoff is the first delay before restarting a container that exited again
 	// (the first restart is immediate); the delay doubles up to MaxRestartBackoff. Defaults:

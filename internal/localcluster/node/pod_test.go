@@ -137,7 +137,7 @@ func TestExecProbes(t *testing.T) {
 func TestEnvVolumesAndInitContainers(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
-	n := startNode(t, ns)
+	n := startNode(t, ns, func(c *Config) { c.APIServer = "127.0.0.1:6443" })
 	ctx := context.Background()
 	if _, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "cfg"},
@@ -160,6 +160,7 @@ func TestEnvVolumesAndInitContainers(t *testing.T) {
 echo "greeting=$GREETING"
 echo "from=$FROM_CM/$FROM_SECRET"
 echo "arg=$1"
+echo "api=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
 echo "pwd=$(pwd)"
 echo "cfg=$(cat /etc/cfg/renamed) files=$(ls /etc/cfg | tr '\n' ' ')"
 echo "secret=$(cat /etc/sec/token)"
@@ -228,6 +229,7 @@ echo "projected=$(ls /var/run/secrets/api | tr '\n' ' ')ns=$(cat /var/run/secret
 		"greeting=hello envy $(POD_NAME) $(LATER) $(NOPE)",
 		"from=beta/s3cret",
 		"arg=envy-x",
+		"api=127.0.0.1:6443",
 		"pwd=/srv/data",
 		"cfg=alpha files=renamed ",
 		"secret=s3cret",
