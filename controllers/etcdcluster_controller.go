@@ -33,6 +33,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -74,6 +75,8 @@ type EtcdClusterReconciler struct {
 	OpenS3 StoreOpener
 	// AgentImage is the operator's own image, run by the restore pods.
 	AgentImage string
+	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods.
+	Operator values.Operator
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
 	// AfterStep, when set, is called after every step the executor carried out, with the
@@ -217,7 +220,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	obs.specReplicas = specReplicas(c)
 	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
-	desired, specErr := Desired(r.Renderer, c)
+	desired, specErr := Desired(r.Renderer, c, r.Operator)
 	obs.specErr = specErr
 
 	topo := topologyOf(c, desired)

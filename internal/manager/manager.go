@@ -26,6 +26,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // Options configure the manager.
@@ -55,6 +56,9 @@ type Options struct {
 	AgentImage string
 	// BackupTimeout bounds one backup attempt (default controllers.DefaultBackupTimeout).
 	BackupTimeout time.Duration
+	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods to the
+	// members.
+	Operator values.Operator
 	// SkipNameValidation lets tests build more than one manager in a process (controller
 	// names are otherwise unique per process, for their metrics).
 	SkipNameValidation bool
@@ -134,6 +138,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		EtcdTimeout: o.EtcdTimeout,
 		AfterStep:   o.AfterStep,
 		AgentImage:  o.AgentImage,
+		Operator:    o.Operator,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
@@ -148,6 +153,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		EtcdTimeout: o.EtcdTimeout,
 		Timeout:     o.BackupTimeout,
 		AgentImage:  o.AgentImage,
+		Operator:    o.Operator,
 	}
 	if err := br.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdBackup controller: %w", err)
