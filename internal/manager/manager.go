@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -88,6 +89,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		&corev1.Service{}:               {Label: managed},
 		&corev1.ServiceAccount{}:        {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
+		&networkingv1.NetworkPolicy{}:   {Label: managed},
 		&corev1.ConfigMap{}:             {Label: managed},
 		&corev1.Pod{}:                   {Label: managed},
 		&corev1.PersistentVolumeClaim{}: {Label: member},
