@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -49,7 +50,7 @@ func loadFixtures(tb testing.TB) []fixture {
 	tb.Helper()
 	var out []fixture
 	for _, f := range testutil.Fixtures(tb, fixtureDir) {
-		v, err := values.Compute(f.Cluster)
+		v, err := values.Compute(f.Cluster, values.DefaultOperator())
 		if err != nil {
 			tb.Fatalf("failed to compute values of fixture %s: %v", f.Name, err)
 		}
@@ -110,6 +111,36 @@ func TestRenderGolden(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			got := stream(t, render(t, r, f.release(), f.values))
 			testutil.Golden(t, filepath.Join(goldenDir, f.name+".yaml"), got, *update, "go test ./charts -update")
+		})
+	}
+}
+
+// chartAloneDir holds plain values files for the chart without the operator (helm template
+// -f FILE); each renders for chartAloneRelease into goldenDir/alone. test/helmparity renders
+// them with the Helm CLI too.
+const chartAloneDir = "testdata/values"
+
+var chartAloneRelease = charts.Release{Name: "etcd", Namespace: "db"}
+
+func TestRenderChartAloneGolden(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(chartAloneDir, "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no values files in %s: %v", chartAloneDir, err)
+	}
+	r := newRenderer(t)
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := map[string]any{}
+			if err := yaml.Unmarshal(data, &v); err != nil {
+				t.Fatal(err)
+			}
+			got := stream(t, render(t, r, chartAloneRelease, v))
+			testutil.Golden(t, filepath.Join(goldenDir, "alone", name+".yaml"), got, *update, "go test ./charts -update")
 		})
 	}
 }
@@ -183,7 +214,7 @@ func TestInstallOrder(t *testing.T) {
 			t.Fatalf("%s: want exactly one StatefulSet, got kinds %v", f.name, kinds)
 		}
 		for i, k := range kinds[:sts] {
-			if !slices.Contains([]string{"ServiceAccount", "Service", "PodDisruptionBudget"}, k) {
+			if !slices.Contains([]string{"NetworkPolicy", "ServiceAccount", "Service", "PodDisruptionBudget"}, k) {
 				t.Errorf("%s: unexpected %s at %d before the StatefulSet: %v", f.name, k, i, kinds)
 			}
 		}
@@ -193,6 +224,12 @@ func TestInstallOrder(t *testing.T) {
 		want := []string{"ServiceAccount", "Service", "Service"}
 		if pdb, _ := f.values["podDisruptionBudget"].(map[string]any); pdb["enabled"] != false {
 			want = append(want, "PodDisruptionBudget")
+		}
+		if np := f.cluster.Spec.NetworkPolicy; np != nil && np.Enabled {
+			// Before the pods, so that no member starts unguarded.
+			want = append(want, "NetworkPolicy")
+		} else if slices.Contains(kinds, "NetworkPolicy") {
+			t.Errorf("%s: a NetworkPolicy without spec.networkPolicy.enabled: %v", f.name, kinds)
 		}
 		for _, k := range want {
 			i := slices.Index(kinds, k)
@@ -243,6 +280,8 @@ func TestEveryObjectConverts(t *testing.T) {
 				into = &policyv1.PodDisruptionBudget{}
 			case "StatefulSet":
 				into = &appsv1.StatefulSet{}
+			case "NetworkPolicy":
+				into = &networkingv1.NetworkPolicy{}
 			default:
 				t.Errorf("%s: unexpected kind %s", f.name, o.GetKind())
 				continue

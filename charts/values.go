@@ -2,6 +2,7 @@ package charts
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // Values is the typed form of the chart's values.yaml, for the values the operator computes.
@@ -24,6 +25,27 @@ type Values struct {
 	PodAnnotations            map[string]string                 `json:"podAnnotations,omitempty"`
 	Operator                  OperatorValues                    `json:"operator,omitempty"`
 	TLS                       *TLSValues                        `json:"tls,omitempty"`
+	NetworkPolicy             *NetworkPolicyValues              `json:"networkPolicy,omitempty"`
+}
+
+// NetworkPolicyValues is the chart's networkPolicy block.
+type NetworkPolicyValues struct {
+	Enabled bool `json:"enabled"`
+	// AllowedClients and AllowedMetricsClients may reach the client and the metrics port.
+	AllowedClients        []networkingv1.NetworkPolicyPeer `json:"allowedClients,omitempty"`
+	AllowedMetricsClients []networkingv1.NetworkPolicyPeer `json:"allowedMetricsClients,omitempty"`
+	RestrictEgress        bool                             `json:"restrictEgress,omitempty"`
+	// Operator names the operator's pods, which the policy lets reach the members.
+	Operator *NetworkPolicyOperatorValues `json:"operator,omitempty"`
+}
+
+// NetworkPolicyOperatorValues is the chart's networkPolicy.operator block: the operator's pods
+// (PodLabels in Namespace; no rule when Namespace is empty) and the pods it runs in the
+// cluster's namespace that connect to the client port (AgentPodLabels).
+type NetworkPolicyOperatorValues struct {
+	Namespace      string            `json:"namespace,omitempty"`
+	PodLabels      map[string]string `json:"podLabels,omitempty"`
+	AgentPodLabels map[string]string `json:"agentPodLabels,omitempty"`
 }
 
 // TLSValues is the chart's tls block.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // Backup pods: the pods that stream a snapshot onto a claim.
@@ -146,10 +147,9 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: b.Namespace, Name: backupPodName(b.Name, b.Status.Attempts),
-			Labels: map[string]string{
-				v1alpha1.LabelCluster: c.Name, LabelBackup: b.Name,
-				v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, "app.kubernetes.io/component": "backup",
-			},
+			// The cluster's NetworkPolicy admits pods with values.BackupPodLabels to the
+			// client port.
+			Labels: backupPodLabels(c.Name, b.Name),
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                corev1.RestartPolicyNever,
@@ -188,6 +188,15 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 			Secret: &corev1.SecretVolumeSource{SecretName: operatorTLSSecret(c), DefaultMode: ptr.To(int32(0o440))}}})
 	}
 	return pod
+}
+
+// backupPodLabels are the labels of a backup pod: values.BackupPodLabels, its backup, and the
+// managed-by label the operator's pod cache selects.
+func backupPodLabels(cluster, backup string) map[string]string {
+	l := values.BackupPodLabels(cluster)
+	l[LabelBackup] = backup
+	l[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByValue
+	return l
 }
 
 // agentTLSPath is where backup pods mount the operator's client certificate.

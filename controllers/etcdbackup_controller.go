@@ -27,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // BackupControllerName names the EtcdBackup controller in logs, metrics and events.
@@ -63,6 +64,8 @@ type EtcdBackupReconciler struct {
 	Timeout time.Duration
 	// AgentImage is the operator's image, run by the pods that write to claims.
 	AgentImage string
+	// Operator is where the operator runs (the render of a cluster's NetworkPolicy needs it).
+	Operator values.Operator
 }
 
 // +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdbackups,verbs=get;list;watch;create;update;patch;delete
@@ -197,7 +200,7 @@ func (r *EtcdBackupReconciler) apiReader() ctrl.Reader {
 
 // source observes the cluster's members and picks the one to take the snapshot from.
 func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, *tls.Config, string, error) {
-	desired, _ := Desired(r.Renderer, c)
+	desired, _ := Desired(r.Renderer, c, r.Operator)
 	t := topologyOf(c, desired)
 	if clientTLSEnabled(c) {
 		cfg, err := loadClientTLS(ctx, r.Client, r.apiReader(), c)

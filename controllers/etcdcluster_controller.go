@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +34,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -56,6 +58,7 @@ var OwnedKinds = []schema.GroupVersionKind{
 	policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"),
 	corev1.SchemeGroupVersion.WithKind("Service"),
 	corev1.SchemeGroupVersion.WithKind("ServiceAccount"),
+	networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"),
 }
 
 // EtcdClusterReconciler reconciles EtcdCluster objects.
@@ -74,6 +77,8 @@ type EtcdClusterReconciler struct {
 	OpenS3 StoreOpener
 	// AgentImage is the operator's own image, run by the restore pods.
 	AgentImage string
+	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods.
+	Operator values.Operator
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
 	// AfterStep, when set, is called after every step the executor carried out, with the
@@ -124,6 +129,7 @@ func (r *EtcdClusterReconciler) init() {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
@@ -145,6 +151,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.ServiceAccount{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
@@ -217,7 +224,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	obs.specReplicas = specReplicas(c)
 	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
-	desired, specErr := Desired(r.Renderer, c)
+	desired, specErr := Desired(r.Renderer, c, r.Operator)
 	obs.specErr = specErr
 
 	topo := topologyOf(c, desired)

@@ -21,11 +21,11 @@ import (
 type unstructured = unstructuredv1.Unstructured
 
 // Desired returns exactly the objects the operator applies for c: the chart rendered with the
-// values computed from c, each with c as its controlling owner when c has a UID (an object
+// values computed from c for an operator running as op, each with c as its controlling owner when c has a UID (an object
 // read from a file has none, and then the chart's output is returned as is). An error means
 // the spec cannot be turned into objects; its message says what to fix.
-func Desired(r *charts.Renderer, c *v1alpha1.EtcdCluster) ([]*unstructured, error) {
-	vals, err := values.Compute(c)
+func Desired(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator) ([]*unstructured, error) {
+	vals, err := values.Compute(c, op)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // The restore tests run on a control plane of their own, one reconciler driven pass by pass.
@@ -493,7 +494,7 @@ func (h *restoreHarness) untilRestorePods(t *testing.T, id string) []*corev1.Pod
 // rendered is the StatefulSet the chart renders for the cluster now.
 func (h *restoreHarness) rendered(t *testing.T) *appsv1.StatefulSet {
 	t.Helper()
-	objs, err := controllers.Desired(h.renderer, h.cluster(t))
+	objs, err := controllers.Desired(h.renderer, h.cluster(t), values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,3 +19,6 @@ func (r *EtcdClusterReconciler) SetIntent(ctx context.Context, c *v1alpha1.EtcdC
 	r.init()
 	return r.setIntent(ctx, c, in)
 }
+
+// BackupPodLabels are the labels of a backup pod, for the tests of package controllers_test.
+var BackupPodLabels = backupPodLabels

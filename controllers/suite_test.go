@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 var (
@@ -56,7 +57,8 @@ func run(m *testing.M) int {
 
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countWrites{rt} }
-	mgr, err = manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", DialEtcd: fakes.dial, EtcdTimeout: time.Second})
+	mgr, err = manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", DialEtcd: fakes.dial, EtcdTimeout: time.Second,
+		Operator: values.DefaultOperator()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

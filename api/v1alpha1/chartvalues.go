@@ -76,6 +76,7 @@ var GuardedChartValues = []GuardedChartValue{
 	{Path: "podAnnotations", Type: "object", Reason: "use spec.podAnnotations"},
 	{Path: "operator", Type: "object", Reason: "owned by etcd-pilot: it hands the StatefulSet's replicas and the members' initial cluster to the operator"},
 	{Path: "tls", Type: "object", Reason: "use spec.tls: the operator issues or checks the certificates and connects to etcd with them"},
+	{Path: "networkPolicy", Type: "object", Reason: "use spec.networkPolicy: the operator adds its own pods and its backup pods to the policy, which a value here could shut out"},
 	{Path: "managedBy", Type: "string", Reason: "owned by etcd-pilot: the operator finds and prunes the objects it applied by this label"},
 	{Path: "fullnameOverride", Type: "string", Reason: ownedName},
 	{Path: "nameOverride", Type: "string", Reason: ownedName},

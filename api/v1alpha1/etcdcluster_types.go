@@ -139,6 +139,13 @@ type EtcdClusterSpec struct {
 	// network in clear text.
 	// +optional
 	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// NetworkPolicy renders a NetworkPolicy for the member pods: peer traffic only between
+	// the members, the client port for the operator, its backup pods and the clients named
+	// here, the metrics port for the scrapers named here. It needs a network plugin that
+	// enforces NetworkPolicy.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 }
 
 // StorageSpec configures the members' data volumes.
@@ -343,8 +350,9 @@ type ChartSpec struct {
 	// team's escape hatch (see charts/etcd-cluster/values.yaml). The chart's schema still
 	// applies to the merged result. Keys with a typed field (replicas, image.repository,
 	// image.tag, etcd.version, the etcd tuning, etcd.extraArgs, storage, pod placement and
-	// metadata) and keys etcd-pilot owns (etcd.clusterToken, etcd.initialClusterState,
-	// operator, managedBy, fullnameOverride, nameOverride) are refused.
+	// metadata, tls, networkPolicy) and keys etcd-pilot owns (etcd.clusterToken,
+	// etcd.initialClusterState, operator, managedBy, fullnameOverride, nameOverride) are
+	// refused.
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:Schemaless

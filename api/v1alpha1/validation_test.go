@@ -657,7 +657,7 @@ func TestChartValuesGuardedKeys(t *testing.T) {
 					t.Errorf("the API server stored spec.chart.values %s, want them as sent", ec.Spec.Chart.Values.Raw)
 				}
 			}
-			_, err := values.Compute(ec)
+			_, err := values.Compute(ec, values.DefaultOperator())
 			switch {
 			case c.want == "" && err != nil:
 				t.Errorf("values.Compute refused what the API server accepted: %v", err)
@@ -700,7 +700,7 @@ func TestChartValuesGuardedNulls(t *testing.T) {
 		}
 		t.Run(string(sent), func(t *testing.T) {
 			ec := newCluster(ns, objectName(i), withChartValues(t, v))
-			if _, err := values.Compute(ec); err == nil {
+			if _, err := values.Compute(ec, values.DefaultOperator()); err == nil {
 				t.Errorf("values.Compute accepted spec.chart.values %s", sent)
 			}
 			if err := env.Client.Create(reqCtx(t), ec); err != nil {
@@ -716,7 +716,7 @@ func TestChartValuesGuardedNulls(t *testing.T) {
 			if want := dropNulls(v); !reflect.DeepEqual(stored, want) {
 				t.Errorf("the API server stored spec.chart.values %s, want %v: the null dropped", ec.Spec.Chart.Values.Raw, want)
 			}
-			if _, err := values.Compute(ec); err != nil {
+			if _, err := values.Compute(ec, values.DefaultOperator()); err != nil {
 				t.Errorf("values.Compute refused what the API server stored: %v", err)
 			}
 		})

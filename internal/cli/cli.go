@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -109,12 +110,22 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", 3*time.Second, "timeout of each etcd call")
 	fs.StringVar(&o.AgentImage, "agent-image", DefaultAgentImage, "the operator's own image, run by the pods that write backups to volume claims (keep it in step with the Deployment's image)")
 	fs.DurationVar(&o.BackupTimeout, "backup-timeout", time.Hour, "time limit of one backup attempt")
+	var op operatorFlags
+	op.bind(fs, os.Getenv("POD_NAMESPACE"), "$POD_NAMESPACE")
 	zo := zap.Options{}
 	zo.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	operator, err := op.operator()
+	if err != nil {
+		return err
+	}
+	o.Operator = operator
+	if o.Operator.Namespace == "" {
+		ctrl.Log.Info("the operator's namespace is not known (set POD_NAMESPACE or --operator-namespace): the NetworkPolicy of a cluster with spec.networkPolicy will not admit the operator's pods")
+	}
 	if kind := os.Getenv(controllers.FaultAfterEnv); kind != "" {
 		// Crash-safety tests only: exit right after the first step of this kind.
 		o.AfterStep = func(k string) {
@@ -144,6 +155,29 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	return mgr.Start(ctx)
 }
 
+// operatorFlags say where the operator runs, for the NetworkPolicy (values.Operator).
+type operatorFlags struct {
+	namespace string
+	podLabels string
+}
+
+func (f *operatorFlags) bind(fs *flag.FlagSet, defaultNamespace, namespaceDoc string) {
+	fs.StringVar(&f.namespace, "operator-namespace", defaultNamespace, "namespace of the operator's pods, which a cluster's NetworkPolicy admits to the members (default "+namespaceDoc+")")
+	fs.StringVar(&f.podLabels, "operator-pod-labels", values.DefaultOperatorPodLabels, "labels of the operator's pods, as k=v,k2=v2 (config/manager/manager.yaml's), which a cluster's NetworkPolicy admits to the members")
+}
+
+func (f *operatorFlags) operator() (values.Operator, error) {
+	op := values.Operator{Namespace: f.namespace}
+	if f.podLabels != "" {
+		l, err := labels.ConvertSelectorToLabelsMap(f.podLabels)
+		if err != nil {
+			return values.Operator{}, fmt.Errorf("failed to parse --operator-pod-labels %q: %w", f.podLabels, err)
+		}
+		op.PodLabels = l
+	}
+	return op, nil
+}
+
 // stringList is a repeatable string flag.
 type stringList []string
 
@@ -156,9 +190,11 @@ type inputFlags struct {
 	chartDir  string
 	valueFile stringList
 	set       stringList
+	operator  operatorFlags
 }
 
 func (in *inputFlags) bind(fs *flag.FlagSet) {
+	in.operator.bind(fs, values.DefaultOperatorNamespace, values.DefaultOperatorNamespace+", where config/default deploys it")
 	fs.StringVar(&in.file, "f", "", "EtcdCluster manifest to read (\"-\" for standard input)")
 	fs.StringVar(&in.file, "filename", "", "same as -f")
 	fs.StringVar(&in.chartDir, "chart", "", "render this chart folder instead of the embedded chart")
@@ -175,7 +211,11 @@ func (in *inputFlags) load(stdin io.Reader) (*v1alpha1.EtcdCluster, map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	vals, err := values.Compute(c)
+	op, err := in.operator.operator()
+	if err != nil {
+		return nil, nil, err
+	}
+	vals, err := values.Compute(c, op)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -83,6 +83,34 @@ func TestValuesFileIsMergedLast(t *testing.T) {
 	}
 }
 
+const npCluster = "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {name: x, namespace: db}\nspec: {networkPolicy: {enabled: true}}\n"
+
+// TestRenderNetworkPolicyNamesTheOperator: render prints the NetworkPolicy the operator would
+// apply, admitting the operator where config/default deploys it unless told otherwise.
+func TestRenderNetworkPolicyNamesTheOperator(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"kubernetes.io/metadata.name: etcd-pilot-system", "app.kubernetes.io/name: etcd-pilot"}},
+		{[]string{"--operator-namespace", "platform", "--operator-pod-labels", "app=pilot,tier=ops"},
+			[]string{"kubernetes.io/metadata.name: platform", "app: pilot", "tier: ops"}},
+	} {
+		out, errOut, code := run(t, npCluster, append([]string{"render", "-f", "-"}, tt.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", tt.args, code, errOut)
+		}
+		if !strings.Contains(out, "kind: NetworkPolicy") {
+			t.Fatalf("%v: no NetworkPolicy rendered:\n%s", tt.args, out)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: the render lacks %q", tt.args, w)
+			}
+		}
+	}
+}
+
 func TestBadInputSaysWhatToFix(t *testing.T) {
 	tests := []struct {
 		name, stdin string
@@ -96,6 +124,7 @@ func TestBadInputSaysWhatToFix(t *testing.T) {
 		{"owned flag", "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {name: x}\nspec: {etcd: {extraArgs: {initial-cluster: y}}}\n", []string{"render", "-f", "-"}, "initial-cluster"},
 		{"chart refuses", "apiVersion: etcdpilot.io/v1alpha1\nkind: EtcdCluster\nmetadata: {name: x}\n", []string{"render", "-f", "-", "--set", "replicas=0"}, "spec.chart.values"},
 		{"unknown command", "", []string{"frobnicate"}, "unknown command"},
+		{"operator pod labels", npCluster, []string{"render", "-f", "-", "--operator-pod-labels", "app in (a,b)"}, "--operator-pod-labels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

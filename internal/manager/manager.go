@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // Options configure the manager.
@@ -55,6 +57,9 @@ type Options struct {
 	AgentImage string
 	// BackupTimeout bounds one backup attempt (default controllers.DefaultBackupTimeout).
 	BackupTimeout time.Duration
+	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods to the
+	// members.
+	Operator values.Operator
 	// SkipNameValidation lets tests build more than one manager in a process (controller
 	// names are otherwise unique per process, for their metrics).
 	SkipNameValidation bool
@@ -84,6 +89,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		&corev1.Service{}:               {Label: managed},
 		&corev1.ServiceAccount{}:        {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
+		&networkingv1.NetworkPolicy{}:   {Label: managed},
 		&corev1.ConfigMap{}:             {Label: managed},
 		&corev1.Pod{}:                   {Label: managed},
 		&corev1.PersistentVolumeClaim{}: {Label: member},
@@ -134,6 +140,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		EtcdTimeout: o.EtcdTimeout,
 		AfterStep:   o.AfterStep,
 		AgentImage:  o.AgentImage,
+		Operator:    o.Operator,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
@@ -148,6 +155,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		EtcdTimeout: o.EtcdTimeout,
 		Timeout:     o.BackupTimeout,
 		AgentImage:  o.AgentImage,
+		Operator:    o.Operator,
 	}
 	if err := br.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdBackup controller: %w", err)

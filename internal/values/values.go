@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strings"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
@@ -28,13 +31,47 @@ type VersionError struct{ Err error }
 func (e *VersionError) Error() string { return e.Err.Error() }
 func (e *VersionError) Unwrap() error { return e.Err }
 
+// Operator says where the operator runs, so that a cluster's NetworkPolicy lets its pods reach
+// the members. The operator fills it from its own environment; it reaches the values only
+// when spec.networkPolicy is enabled.
+type Operator struct {
+	// Namespace the operator's pods run in. Empty: the policy names no operator pods (an
+	// operator that runs outside the cluster, whose traffic no pod selector matches).
+	Namespace string
+	// PodLabels select the operator's pods in Namespace; empty selects every pod there.
+	PodLabels map[string]string
+}
+
+// DefaultOperatorNamespace and DefaultOperatorPodLabels are where config/default deploys the
+// operator (config/manager/manager.yaml; a test keeps them in step).
+const (
+	DefaultOperatorNamespace = "etcd-pilot-system"
+	DefaultOperatorPodLabels = "app.kubernetes.io/name=etcd-pilot"
+)
+
+// DefaultOperator is the operator as config/default deploys it: what `etcd-pilot render`
+// assumes unless told otherwise, and what the golden tests use.
+func DefaultOperator() Operator {
+	return Operator{Namespace: DefaultOperatorNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "etcd-pilot"}}
+}
+
+// LabelComponent is the app.kubernetes.io/component label.
+const LabelComponent = "app.kubernetes.io/component"
+
+// BackupPodLabels are labels of the pods the operator runs in the cluster's namespace that
+// connect to the members' client port (backups onto a volume claim). The NetworkPolicy admits
+// pods that carry them, so every such pod must.
+func BackupPodLabels(cluster string) map[string]string {
+	return map[string]string{v1alpha1.LabelCluster: cluster, LabelComponent: "backup"}
+}
+
 // Typed returns the values the spec determines, before spec.chart.values is merged; the etcd
 // version is the next step towards spec.version from the versions in status (see
-// internal/versions). It fails for a spec the API server would refuse today but may have
-// stored before a rule existed (an owned or unknown etcd flag), and with a *VersionError for a
-// version below the cluster version etcd reports.
-
-func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
+// internal/versions), and op is where the operator runs (used by the NetworkPolicy only). It
+// fails for a spec the API server would refuse today but may have stored before a rule existed
+// (an owned or unknown etcd flag), and with a *VersionError for a version below the cluster
+// version etcd reports.
+func Typed(c *v1alpha1.EtcdCluster, op Operator) (charts.Values, error) {
 	s := c.Spec
 	v := charts.Values{
 		Replicas:          DefaultReplicas,
@@ -106,6 +143,7 @@ func Typed(c *v1alpha1.EtcdCluster) (charts.Values, error) {
 	}
 	v.Etcd.ExtraArgs = e.ExtraArgs
 	v.TLS = tlsValues(c)
+	v.NetworkPolicy = networkPolicyValues(c, op)
 	if g := c.Status.TrustGeneration; g > 0 && v.TLS != nil {
 		// The members read the CA bundle at start only: a new bundle generation changes the
 		// pod template, so the rollout restarts them onto it one at a time.
@@ -146,17 +184,60 @@ func tlsValues(c *v1alpha1.EtcdCluster) *charts.TLSValues {
 	return out
 }
 
+// networkPolicyValues turns spec.networkPolicy into the chart's networkPolicy block, with the
+// operator's pods and its backup pods added; nil (the chart's default: no policy) unless it is
+// enabled.
+func networkPolicyValues(c *v1alpha1.EtcdCluster, op Operator) *charts.NetworkPolicyValues {
+	np := c.Spec.NetworkPolicy
+	if np == nil || !np.Enabled {
+		return nil
+	}
+	return &charts.NetworkPolicyValues{
+		Enabled:               true,
+		AllowedClients:        peers(np.AllowedClients),
+		AllowedMetricsClients: peers(np.AllowedMetricsClients),
+		RestrictEgress:        np.RestrictEgress,
+		Operator: &charts.NetworkPolicyOperatorValues{
+			Namespace: op.Namespace, PodLabels: op.PodLabels, AgentPodLabels: BackupPodLabels(c.Name),
+		},
+	}
+}
+
+func peers(in []v1alpha1.NetworkPolicyPeer) []networkingv1.NetworkPolicyPeer {
+	var out []networkingv1.NetworkPolicyPeer
+	for _, p := range in {
+		q := networkingv1.NetworkPolicyPeer{NamespaceSelector: selector(p.NamespaceSelector), PodSelector: selector(p.PodSelector)}
+		if b := p.IPBlock; b != nil {
+			q.IPBlock = &networkingv1.IPBlock{CIDR: b.CIDR, Except: b.Except}
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
+func selector(in *v1alpha1.LabelSelector) *metav1.LabelSelector {
+	if in == nil {
+		return nil
+	}
+	out := &metav1.LabelSelector{MatchLabels: in.MatchLabels}
+	for _, r := range in.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: r.Key, Operator: metav1.LabelSelectorOperator(r.Operator), Values: r.Values})
+	}
+	return out
+}
+
 // MembershipConfigMapName is the ConfigMap through which the operator tells joining members
 // the initial cluster and its state.
 func MembershipConfigMapName(cluster string) string { return cluster + "-membership" }
 
-// Compute returns the chart values for c: Typed, with spec.chart.values merged over it (maps
+// Compute returns the chart values for c and an operator running as op: Typed, with spec.chart.values merged over it (maps
 // merge key by key, anything else replaces, null deletes, as in Helm). It fails when
 // spec.chart.values sets a key of v1alpha1.GuardedChartValues, as admission does, for objects
 // stored before the rule existed. The inventory label and the managed-by value are put back
 // after the merge: pruning depends on them.
-func Compute(c *v1alpha1.EtcdCluster) (map[string]any, error) {
-	t, err := Typed(c)
+func Compute(c *v1alpha1.EtcdCluster, op Operator) (map[string]any, error) {
+	t, err := Typed(c, op)
 	if err != nil {
 		return nil, err
 	}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
@@ -37,7 +40,7 @@ func fixtures(t *testing.T) map[string]*v1alpha1.EtcdCluster {
 func TestComputeGolden(t *testing.T) {
 	for name, c := range fixtures(t) {
 		t.Run(name, func(t *testing.T) {
-			v, err := values.Compute(c)
+			v, err := values.Compute(c, values.DefaultOperator())
 			if err != nil {
 				t.Fatalf("Compute: %v", err)
 			}
@@ -52,11 +55,11 @@ func TestComputeGolden(t *testing.T) {
 
 func TestComputeIsDeterministic(t *testing.T) {
 	for name, c := range fixtures(t) {
-		a, err := values.Compute(c)
+		a, err := values.Compute(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		b, err := values.Compute(c.DeepCopy())
+		b, err := values.Compute(c.DeepCopy(), values.DefaultOperator())
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -185,7 +188,7 @@ func TestTypedRefusesExtraArgs(t *testing.T) {
 			c := &v1alpha1.EtcdCluster{}
 			c.Name = "c"
 			c.Spec.Etcd.ExtraArgs = tt.args
-			_, err := values.Typed(c)
+			_, err := values.Typed(c, values.DefaultOperator())
 			if err == nil {
 				t.Fatalf("Typed accepted extraArgs %v", tt.args)
 			}
@@ -197,7 +200,7 @@ func TestTypedRefusesExtraArgs(t *testing.T) {
 			if tt.notNamed != "" && strings.Contains(err.Error(), tt.notNamed) {
 				t.Errorf("error %q names the allowed flag %s", err, tt.notNamed)
 			}
-			if _, err := values.Compute(c); err == nil {
+			if _, err := values.Compute(c, values.DefaultOperator()); err == nil {
 				t.Errorf("Compute accepted extraArgs %v", tt.args)
 			}
 		})
@@ -206,7 +209,7 @@ func TestTypedRefusesExtraArgs(t *testing.T) {
 	t.Run("allowed flags pass", func(t *testing.T) {
 		c := &v1alpha1.EtcdCluster{}
 		c.Spec.Etcd.ExtraArgs = map[string]string{"log-level": "debug", "max-request-bytes": "1048576", "experimental-initial-corrupt-check": "true"}
-		v, err := values.Typed(c)
+		v, err := values.Typed(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatalf("Typed: %v", err)
 		}
@@ -219,7 +222,7 @@ func TestTypedRefusesExtraArgs(t *testing.T) {
 func TestTypedDefaults(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{}
 	c.Name, c.Namespace = "d", "ns"
-	v, err := values.Typed(c)
+	v, err := values.Typed(c, values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +248,7 @@ func TestTypedDefaults(t *testing.T) {
 	// Explicit values win over the defaults.
 	replicas, size := int32(5), resource.MustParse("10Gi")
 	c.Spec.Replicas, c.Spec.Version, c.Spec.Storage.Size = &replicas, "3.5.35", &size
-	v, err = values.Typed(c)
+	v, err = values.Typed(c, values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +259,7 @@ func TestTypedDefaults(t *testing.T) {
 
 func TestTypedAutoCompaction(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{}
-	v, err := values.Typed(c)
+	v, err := values.Typed(c, values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,14 +267,14 @@ func TestTypedAutoCompaction(t *testing.T) {
 		t.Errorf("auto compaction = %q/%q, want unset", v.Etcd.AutoCompactionMode, v.Etcd.AutoCompactionRetention)
 	}
 	c.Spec.Etcd.AutoCompactionRetention = "30m"
-	if v, err = values.Typed(c); err != nil {
+	if v, err = values.Typed(c, values.DefaultOperator()); err != nil {
 		t.Fatal(err)
 	}
 	if v.Etcd.AutoCompactionMode != "periodic" {
 		t.Errorf("mode = %q, want periodic when only a retention is set", v.Etcd.AutoCompactionMode)
 	}
 	c.Spec.Etcd.AutoCompactionMode, c.Spec.Etcd.AutoCompactionRetention = v1alpha1.AutoCompactionRevision, "10000"
-	if v, err = values.Typed(c); err != nil {
+	if v, err = values.Typed(c, values.DefaultOperator()); err != nil {
 		t.Fatal(err)
 	}
 	if v.Etcd.AutoCompactionMode != "revision" || v.Etcd.AutoCompactionRetention != "10000" {
@@ -289,14 +292,14 @@ func TestClusterToken(t *testing.T) {
 	for _, tt := range tests {
 		c := &v1alpha1.EtcdCluster{}
 		c.Name, c.UID = tt.name, types.UID(tt.uid)
-		v, err := values.Typed(c)
+		v, err := values.Typed(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if v.Etcd.ClusterToken != tt.want {
 			t.Errorf("uid %q: clusterToken = %q, want %q", tt.uid, v.Etcd.ClusterToken, tt.want)
 		}
-		m, err := values.Compute(c)
+		m, err := values.Compute(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +329,7 @@ func TestComputeKeepsInventory(t *testing.T) {
 			c := &v1alpha1.EtcdCluster{}
 			c.Name, c.Namespace = "inv", "ns"
 			c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(tt.overrides)}
-			m, err := values.Compute(c)
+			m, err := values.Compute(c, values.DefaultOperator())
 			if err != nil {
 				t.Fatalf("Compute: %v", err)
 			}
@@ -344,7 +347,7 @@ func TestComputeKeepsInventory(t *testing.T) {
 		c := &v1alpha1.EtcdCluster{}
 		c.Name = "inv"
 		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(`{"commonLabels": {"team": "a"}}`)}
-		m, err := values.Compute(c)
+		m, err := values.Compute(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +394,7 @@ func computeWithChartValues(t *testing.T, overrides any) (map[string]any, error)
 	c := &v1alpha1.EtcdCluster{}
 	c.Name, c.Namespace, c.UID = "g", "ns", "0b0e3c52-2f0a-4c1e-8f5d-1d3e0c9a7b21"
 	c.Spec.Chart.Values = &runtime.RawExtension{Raw: raw}
-	return values.Compute(c)
+	return values.Compute(c, values.DefaultOperator())
 }
 
 // TestComputeRefusesGuardedChartValues checks that every key of v1alpha1.GuardedChartValues
@@ -491,7 +494,7 @@ func TestComputeRefusesNonObjectChartValues(t *testing.T) {
 	for _, raw := range []string{`[1, 2]`, `"replicas"`, `3`} {
 		c := &v1alpha1.EtcdCluster{}
 		c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(raw)}
-		if _, err := values.Compute(c); err == nil {
+		if _, err := values.Compute(c, values.DefaultOperator()); err == nil {
 			t.Errorf("Compute accepted spec.chart.values %s", raw)
 		}
 	}
@@ -501,7 +504,7 @@ func TestComputeRefusesNonObjectChartValues(t *testing.T) {
 // of `helm template -f` see the same data.
 func TestComputeIsJSONRoundTrippable(t *testing.T) {
 	for name, c := range fixtures(t) {
-		m, err := values.Compute(c)
+		m, err := values.Compute(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -536,7 +539,7 @@ func TestTypedVersionSteps(t *testing.T) {
 	for _, tc := range cases {
 		c := &v1alpha1.EtcdCluster{}
 		c.Spec.Version, c.Status.ClusterVersion, c.Status.CurrentVersion = tc.spec, tc.clusterVersion, tc.current
-		v, err := values.Typed(c)
+		v, err := values.Typed(c, values.DefaultOperator())
 		if tc.wantErr != "" {
 			var ve *values.VersionError
 			if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.wantErr) {
@@ -555,7 +558,7 @@ func TestTrustGenerationRestartsMembersOnlyWithTLS(t *testing.T) {
 	c.Name, c.Namespace = "e", "ns"
 	c.Spec.PodAnnotations = map[string]string{"team": "db"}
 	c.Status.TrustGeneration = 2
-	v, err := values.Typed(c)
+	v, err := values.Typed(c, values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +566,7 @@ func TestTrustGenerationRestartsMembersOnlyWithTLS(t *testing.T) {
 		t.Fatal("a cluster without TLS carries a trust generation")
 	}
 	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}}
-	v, err = values.Typed(c)
+	v, err = values.Typed(c, values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,5 +575,118 @@ func TestTrustGenerationRestartsMembersOnlyWithTLS(t *testing.T) {
 	}
 	if _, ok := c.Spec.PodAnnotations[v1alpha1.AnnotationTrustGeneration]; ok {
 		t.Fatal("the spec's map was changed")
+	}
+}
+
+func TestNetworkPolicyValues(t *testing.T) {
+	op := values.Operator{Namespace: "ops", PodLabels: map[string]string{"app": "pilot"}}
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace = "np", "db"
+
+	// Off (absent or enabled: false): no networkPolicy key at all, so the chart's default
+	// (no policy) holds and clusters without one render as before, whatever the operator.
+	for _, spec := range []*v1alpha1.NetworkPolicySpec{nil, {AllowedClients: []v1alpha1.NetworkPolicyPeer{{PodSelector: &v1alpha1.LabelSelector{}}}}} {
+		c.Spec.NetworkPolicy = spec
+		a, err := values.Compute(c, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := a["networkPolicy"]; ok {
+			t.Errorf("networkPolicy %+v: values hold networkPolicy %v", spec, a["networkPolicy"])
+		}
+		b, err := values.Compute(c, values.Operator{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("networkPolicy %+v: the operator's identity changes the values of a cluster without a policy", spec)
+		}
+	}
+
+	c.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{
+		Enabled:        true,
+		RestrictEgress: true,
+		AllowedClients: []v1alpha1.NetworkPolicyPeer{
+			{NamespaceSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "apps"}}},
+			{PodSelector: &v1alpha1.LabelSelector{MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "tier", Operator: "NotIn", Values: []string{"web"}}}}},
+			{IPBlock: &v1alpha1.IPBlock{CIDR: "192.0.2.0/24", Except: []string{"192.0.2.128/25"}}},
+		},
+		AllowedMetricsClients: []v1alpha1.NetworkPolicyPeer{{NamespaceSelector: &v1alpha1.LabelSelector{}}},
+	}
+	m, err := values.Compute(c, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"enabled":        true,
+		"restrictEgress": true,
+		"allowedClients": []any{
+			map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "apps"}}},
+			map[string]any{"podSelector": map[string]any{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "NotIn", "values": []any{"web"}}}}},
+			map[string]any{"ipBlock": map[string]any{"cidr": "192.0.2.0/24", "except": []any{"192.0.2.128/25"}}},
+		},
+		// {} stays {}: every namespace, not "no selector".
+		"allowedMetricsClients": []any{map[string]any{"namespaceSelector": map[string]any{}}},
+		"operator": map[string]any{
+			"namespace":      "ops",
+			"podLabels":      map[string]any{"app": "pilot"},
+			"agentPodLabels": map[string]any{v1alpha1.LabelCluster: "np", values.LabelComponent: "backup"},
+		},
+	}
+	if !reflect.DeepEqual(m["networkPolicy"], want) {
+		t.Errorf("networkPolicy values\n%#v\nwant\n%#v", m["networkPolicy"], want)
+	}
+
+	// An operator whose namespace is unknown is left out; its backup pods are not.
+	m, err = values.Compute(c, values.Operator{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m["networkPolicy"].(map[string]any)["operator"]
+	if !reflect.DeepEqual(got, map[string]any{"agentPodLabels": map[string]any{v1alpha1.LabelCluster: "np", values.LabelComponent: "backup"}}) {
+		t.Errorf("operator values without a namespace: %#v", got)
+	}
+}
+
+// TestDefaultOperatorIsTheDeployment keeps values.DefaultOperator in step with
+// config/manager/manager.yaml: the namespace the Deployment runs in, and labels its pods
+// carry (the policy selects them by these).
+func TestDefaultOperatorIsTheDeployment(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "manager", "manager.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := values.DefaultOperator()
+	found := false
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind != "Deployment" {
+			continue
+		}
+		found = true
+		if d.Namespace != op.Namespace {
+			t.Errorf("the Deployment runs in %q, DefaultOperator says %q", d.Namespace, op.Namespace)
+		}
+		for k, v := range op.PodLabels {
+			if d.Spec.Template.Labels[k] != v {
+				t.Errorf("the Deployment's pods carry %v, not %s=%s", d.Spec.Template.Labels, k, v)
+			}
+		}
+		var podNamespace bool
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			podNamespace = podNamespace || (e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace")
+		}
+		if !podNamespace {
+			t.Errorf("the Deployment does not set POD_NAMESPACE from metadata.namespace: the operator would not know its namespace")
+		}
+	}
+	if !found {
+		t.Fatal("no Deployment in config/manager/manager.yaml")
+	}
+	if l, err := labels.ConvertSelectorToLabelsMap(values.DefaultOperatorPodLabels); err != nil || !reflect.DeepEqual(map[string]string(l), op.PodLabels) {
+		t.Errorf("DefaultOperatorPodLabels %q parses to %v (%v), DefaultOperator has %v", values.DefaultOperatorPodLabels, l, err, op.PodLabels)
 	}
 }

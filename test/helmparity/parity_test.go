@@ -110,7 +110,7 @@ func TestHelmTemplateParity(t *testing.T) {
 
 	for _, f := range loadFixtures(t, root) {
 		t.Run(f.name, func(t *testing.T) {
-			vals, err := values.Compute(f.cluster)
+			vals, err := values.Compute(f.cluster, values.DefaultOperator())
 			if err != nil {
 				t.Fatalf("Compute: %v", err)
 			}
@@ -144,6 +144,67 @@ func TestHelmTemplateParity(t *testing.T) {
 			fromRenderer, err := byKey(rendered)
 			if err != nil {
 				t.Fatalf("Render: %v", err)
+			}
+			compare(t, fromHelm, fromRenderer)
+		})
+	}
+}
+
+// TestHelmTemplateParityChartAlone renders the plain values files of charts/testdata/values
+// (the chart without the operator) with the Helm CLI and the renderer: `helm template` alone
+// accepts them (schema included) and gives the same objects.
+func TestHelmTemplateParityChartAlone(t *testing.T) {
+	root := repoRoot(t)
+	helm := helmBinary(t, root)
+	chartDir := filepath.Join(root, "charts", charts.ChartDir)
+	r, err := charts.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	env := append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "kubeconfig"),
+	)
+	paths, err := filepath.Glob(filepath.Join(root, "charts", "testdata", "values", "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no values files in charts/testdata/values: %v", err)
+	}
+	rel := charts.Release{Name: "etcd", Namespace: "db"}
+	for _, p := range paths {
+		t.Run(strings.TrimSuffix(filepath.Base(p), ".yaml"), func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), helm, "template", rel.Name, chartDir, "-n", rel.Namespace, "-f", p)
+			cmd.Env = env
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr.String())
+			}
+			fromHelm, err := decode(out)
+			if err != nil {
+				t.Fatalf("failed to decode the output of helm template: %v\n%s", err, out)
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals := map[string]any{}
+			if err := yaml.Unmarshal(data, &vals); err != nil {
+				t.Fatal(err)
+			}
+			rendered, err := r.Render(rel, vals)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			fromRenderer, err := byKey(rendered)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			if _, ok := fromHelm["NetworkPolicy/"+rel.Namespace+"/"+rel.Name]; !ok && strings.Contains(string(data), "networkPolicy:") {
+				t.Errorf("helm template rendered no NetworkPolicy for %s", p)
 			}
 			compare(t, fromHelm, fromRenderer)
 		})

@@ -88,3 +88,21 @@ TCP liveness check and /health for readiness.
 {{- define "etcd-cluster.clientScheme" -}}
 {{- if and .Values.tls .Values.tls.client .Values.tls.client.enabled -}}https{{- else -}}http{{- end -}}
 {{- end -}}
+
+{{/*
+The etcd-pilot operator's pods, as an entry of a NetworkPolicy's from list: the pods with
+networkPolicy.operator.podLabels (all pods when empty) in networkPolicy.operator.namespace,
+selected by the kubernetes.io/metadata.name label every namespace carries.
+*/}}
+{{- define "etcd-cluster.operatorPeer" -}}
+{{- $op := .Values.networkPolicy.operator -}}
+namespaceSelector:
+  matchLabels:
+    kubernetes.io/metadata.name: {{ $op.namespace | quote }}
+podSelector:
+  {{- with $op.podLabels }}
+  matchLabels:
+    {{- toYaml . | nindent 4 }}
+  {{- else }} {}
+  {{- end }}
+{{- end -}}
