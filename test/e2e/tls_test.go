@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -146,8 +147,18 @@ func TestTLSClusterWithOperatorIssuedCertificates(t *testing.T) {
 	ns := namespace(t)
 	start := time.Now()
 	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)),
-		TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs}})
+		TLS:           &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs},
+		NetworkPolicy: &v1alpha1.NetworkPolicySpec{Enabled: true}})
 	t.Logf("3 TLS members Available after %s", time.Since(start).Round(time.Millisecond))
+	// The operator, under its own role, applied the NetworkPolicy (the local cluster has no
+	// network plugin to enforce it: its rules are checked by the chart's and envtest's tests).
+	policies := &networkingv1.NetworkPolicyList{}
+	if err := k8s.List(context.Background(), policies, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(policies.Items) != 1 || len(policies.Items[0].OwnerReferences) != 1 || policies.Items[0].OwnerReferences[0].Kind != "EtcdCluster" {
+		t.Fatalf("want one NetworkPolicy owned by the EtcdCluster, got %+v", policies.Items)
+	}
 
 	// A user mints a client certificate from the cluster's CA.
 	caSec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
