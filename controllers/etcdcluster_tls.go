@@ -58,6 +58,13 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		return nil, nil
 	}
 	now := time.Now()
+	// Source CertManager first: it also deletes the Certificates of a side that moved to the
+	// Operator source, before that source looks at their Secrets. Its Secrets are checked
+	// like the user's; a TLSError there waits until the Operator source has had its pass.
+	cmMaterial, cmExp, cmErr := r.reconcileCertManager(ctx, c, t, now)
+	if cmErr != nil && !isTLSError(cmErr) {
+		return nil, cmErr
+	}
 	var expiries []certificates.Expiry
 	var operatorMaterial map[string]certificates.Material
 	if want, ok := operatorCertificates(c, t); ok {
@@ -109,10 +116,8 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		c.Status.TrustGeneration = ca.Generation
 		c.Status.CARotation = certificates.Rotation(observed, want.CASecret)
 	}
-	// Source CertManager: cert-manager's Secrets, checked like the user's.
-	cmMaterial, cmExp, err := r.reconcileCertManager(ctx, c, t, now)
-	if err != nil {
-		return nil, err
+	if cmErr != nil {
+		return nil, cmErr
 	}
 	if len(cmMaterial) > 0 {
 		if operatorMaterial == nil {
