@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
@@ -187,8 +190,9 @@ func userCertFromSecret(t testing.TB, s *corev1.Secret) userCert {
 // test namespace signs the certificates of a 3-member cluster whose peer and client sides both
 // name that Issuer. The operator creates the Certificates; cert-manager writes the Secrets the
 // members mount. Under writes: etcdctl is refused without a client certificate and served with
-// one the same Issuer signed; a deleted peer Secret is issued again by cert-manager; no
-// acknowledged write is lost.
+// one the same Issuer signed; a name added to extraSANs reaches every member's served
+// certificate through cert-manager without a restart; a deleted peer Secret is issued again by
+// cert-manager; no acknowledged write is lost.
 func TestTLSClusterWithCertManagerIssuer(t *testing.T) {
 	cmDir := certManagerDir(t)
 	installCertManagerCRDs(t, cmDir)
@@ -269,6 +273,46 @@ func TestTLSClusterWithCertManagerIssuer(t *testing.T) {
 			t.Fatalf("status.certificates entry %+v", s)
 		}
 	}
+
+	// A name added to spec.tls.extraSANs: the operator updates its Certificates, cert-manager
+	// issues them again, and every member serves the new server certificate, with no restart.
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]types.UID{}
+	for _, p := range pods.Items {
+		uids[p.Name] = p.UID
+	}
+	const newName = "etcd.e2e.example"
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := getCluster(t, ns)
+		c.Spec.TLS.ExtraSANs = append(append([]string{}, localSANs...), newName)
+		return k8s.Update(context.Background(), c)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "every member serves a server certificate naming "+newName, func() error {
+		for k := 0; k < 3; k++ {
+			got, err := servedCert(ns, k, 2379, u.tls)
+			if err != nil {
+				return fmt.Errorf("handshake with etcd-%d: %w", k, err)
+			}
+			if !slices.Contains(got.DNSNames, newName) {
+				return fmt.Errorf("etcd-%d serves a certificate for %v", k, got.DNSNames)
+			}
+		}
+		return nil
+	})
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if uids[p.Name] != p.UID || restartCount(&p) != 0 {
+			t.Fatalf("member pod %s was replaced or restarted while cert-manager issued its certificates again", p.Name)
+		}
+	}
+	w.waitAcked(t, 50)
 
 	// cert-manager issues a deleted peer Secret again; the cluster keeps serving and is not
 	// degraded afterwards.
