@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -152,6 +154,27 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 		}
 		return nil
 	})
+	// Passes went by (one every 10 s while TLS was not ready, one per Secret event): an
+	// unchanged Certificate was never written again.
+	for _, name := range names {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(controllers.CertificateGVK)
+		if err := getObject(ns, name, u); err != nil {
+			t.Fatal(err)
+		}
+		if u.GetGeneration() != 1 {
+			t.Fatalf("Certificate %s was rewritten: generation %d", name, u.GetGeneration())
+		}
+	}
+	evs := &eventsv1.EventList{}
+	if err := env.Client.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == "CertificateUpdated" {
+			t.Fatalf("an unchanged Certificate was updated: %s", e.Note)
+		}
+	}
 	if err := getObject(ns, "etcd-ca", &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the operator created a CA for a cluster whose certificates cert-manager issues: %v", err)
 	}
