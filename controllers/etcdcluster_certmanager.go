@@ -199,8 +199,13 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 		// No RenewAt: cert-manager renews it, not the operator.
 		expiries = append(expiries, certificates.Expiry{Secret: l.leaf.Secret, NotAfter: leaf.NotAfter})
 	}
-	if err := r.pruneCertificates(ctx, c, keep); err != nil {
-		return nil, nil, err
+	// Only a side with another source can have left Certificates behind.
+	spec := c.Spec.TLS
+	if (spec.Peer != nil && sourceOf(spec.Peer.Source) != v1alpha1.TLSSourceCertManager) ||
+		(spec.Client != nil && sourceOf(spec.Client.Source) != v1alpha1.TLSSourceCertManager) {
+		if err := r.pruneCertificates(ctx, c, keep); err != nil {
+			return nil, nil, err
+		}
 	}
 	if len(problems) > 0 {
 		return nil, nil, &TLSError{Msg: strings.Join(problems, "; ")}
