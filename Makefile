@@ -51,6 +51,7 @@ tools: ## Build the test binaries from Go modules into bin/ (cached).
 	hack/build-etcd.sh 3.7.3 >/dev/null
 	hack/build-helm.sh >/dev/null
 	hack/build-minio.sh >/dev/null
+	hack/build-certmanager.sh >/dev/null
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest; prints KUBEBUILDER_ASSETS.

@@ -33,6 +33,7 @@ func TestOperatorDoesNotLinkTheLocalCluster(t *testing.T) {
 		{module + "/internal/localcluster", "only cmd/etcd-pilot-local may"},
 		{module + "/internal/localcli", "only cmd/etcd-pilot-local may"},
 		{"github.com/minio/minio", "the MinIO server is AGPL-3.0 and a test-only tool"},
+		{"github.com/cert-manager/cert-manager", "cert-manager builds only in its tools module (hack/tools/certmanager, older k8s.io modules); the operator speaks to its Certificates unstructured"},
 	}
 	for _, p := range deps {
 		for _, b := range banned {

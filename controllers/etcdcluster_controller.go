@@ -154,6 +154,8 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
+		// The Secrets cert-manager writes for the Certificates of source CertManager.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clusterOfCertManagerSecret)).
 		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabel)).
 		Complete(r)

@@ -48,8 +48,9 @@ func clientTLSEnabled(c *v1alpha1.EtcdCluster) bool {
 }
 
 // reconcileTLS makes sure the certificates of spec.tls exist (issuing or renewing those the
-// operator keeps), records their expiry in status, and returns the TLS configuration the
-// operator dials the members' client port with (nil when the client port is plain).
+// operator keeps, asking cert-manager for those of source CertManager), records their expiry
+// in status, and returns the TLS configuration the operator dials the members' client port
+// with (nil when the client port is plain).
 func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (*tls.Config, error) {
 	spec := c.Spec.TLS
 	if spec == nil || (spec.Peer == nil && spec.Client == nil) {
@@ -57,6 +58,13 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		return nil, nil
 	}
 	now := time.Now()
+	// Source CertManager first: it also deletes the Certificates of a side that moved to the
+	// Operator source, before that source looks at their Secrets. Its Secrets are checked
+	// like the user's; a TLSError there waits until the Operator source has had its pass.
+	cmMaterial, cmExp, cmErr := r.reconcileCertManager(ctx, c, t, now)
+	if cmErr != nil && !isTLSError(cmErr) {
+		return nil, cmErr
+	}
 	var expiries []certificates.Expiry
 	var operatorMaterial map[string]certificates.Material
 	if want, ok := operatorCertificates(c, t); ok {
@@ -108,6 +116,18 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		c.Status.TrustGeneration = ca.Generation
 		c.Status.CARotation = certificates.Rotation(observed, want.CASecret)
 	}
+	if cmErr != nil {
+		return nil, cmErr
+	}
+	if len(cmMaterial) > 0 {
+		if operatorMaterial == nil {
+			operatorMaterial = map[string]certificates.Material{}
+		}
+		for k, m := range cmMaterial {
+			operatorMaterial[k] = m
+		}
+		expiries = append(expiries, cmExp...)
+	}
 	if spec.Client == nil {
 		c.Status.Certificates = certificateStatus(expiries)
 		return nil, nil
@@ -129,28 +149,65 @@ func operatorCertificates(c *v1alpha1.EtcdCluster, t topology) (certificates.Wan
 		CASecret: v1alpha1.CASecretName(c.Name), CACommonName: fmt.Sprintf("etcd-pilot CA of %s/%s", c.Namespace, c.Name),
 		CAValidity: caValidity,
 	}
-	validity := defaultCertificateDuration
+	_, want.RenewBefore = leafTimes(c)
+	if p := spec.Peer; p != nil && sourceOf(p.Source) == v1alpha1.TLSSourceOperator {
+		want.Leaves = append(want.Leaves, leavesOf(c, t, sidePeer)...)
+	}
+	if cl := spec.Client; cl != nil && sourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
+		want.Leaves = append(want.Leaves, leavesOf(c, t, sideClient)...)
+	}
+	return want, len(want.Leaves) > 0
+}
+
+// sourceOf is a side's source, Operator when unset (the API's default).
+func sourceOf(s v1alpha1.TLSSource) v1alpha1.TLSSource {
+	if s == "" {
+		return v1alpha1.TLSSourceOperator
+	}
+	return s
+}
+
+// side is the peer or the client side of spec.tls.
+type side int
+
+const (
+	sidePeer side = iota
+	sideClient
+)
+
+// leafTimes are the lifetime of the leaf certificates the operator issues or asks
+// cert-manager for, and how long before expiry they are renewed (0: at two thirds of their
+// lifetime).
+func leafTimes(c *v1alpha1.EtcdCluster) (validity, renewBefore time.Duration) {
+	validity = defaultCertificateDuration
+	spec := c.Spec.TLS
 	if d := spec.CertificateDuration; d != nil && d.Duration > 0 {
 		validity = d.Duration
 	}
 	if d := spec.RenewBefore; d != nil && d.Duration > 0 && d.Duration < validity {
-		want.RenewBefore = d.Duration
+		renewBefore = d.Duration
 	}
+	return validity, renewBefore
+}
+
+// leavesOf are the leaf certificates of one side, in the Secrets named after the cluster,
+// whichever source issues them (Operator or CertManager): the peer certificate, or the
+// members' server certificate and the operator's client certificate.
+func leavesOf(c *v1alpha1.EtcdCluster, t topology, s side) []certificates.Leaf {
+	validity, _ := leafTimes(c)
 	dns, ips := memberNames(c, t)
-	if p := spec.Peer; p != nil && p.Source != v1alpha1.TLSSourceSecret {
-		want.Leaves = append(want.Leaves, certificates.Leaf{Secret: v1alpha1.PeerTLSSecretName(c.Name), Request: certs.Request{
-			CommonName: c.Name + "-peer", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}})
+	if s == sidePeer {
+		return []certificates.Leaf{{Secret: v1alpha1.PeerTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: c.Name + "-peer", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}}}
 	}
-	if cl := spec.Client; cl != nil && cl.Source != v1alpha1.TLSSourceSecret {
-		// etcd's gRPC gateway dials the member itself with the server certificate, so it is
-		// valid for client authentication too.
-		want.Leaves = append(want.Leaves,
-			certificates.Leaf{Secret: v1alpha1.ServerTLSSecretName(c.Name), Request: certs.Request{
-				CommonName: c.Name + "-server", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}},
-			certificates.Leaf{Secret: v1alpha1.OperatorTLSSecretName(c.Name), Request: certs.Request{
-				CommonName: OperatorCommonName, Client: true, Validity: validity}})
+	// etcd's gRPC gateway dials the member itself with the server certificate, so it is
+	// valid for client authentication too.
+	return []certificates.Leaf{
+		{Secret: v1alpha1.ServerTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: c.Name + "-server", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}},
+		{Secret: v1alpha1.OperatorTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: OperatorCommonName, Client: true, Validity: validity}},
 	}
-	return want, len(want.Leaves) > 0
 }
 
 // OperatorCommonName is the subject common name of the client certificate the operator
@@ -288,6 +345,9 @@ func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.
 	cur := &corev1.Secret{}
 	if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur); err != nil {
 		return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
+	}
+	if cert := cur.Annotations[certManagerCertificateAnnotation]; cert != "" {
+		return &TLSError{Msg: fmt.Sprintf("Secret %s/%s is written by cert-manager for Certificate %s/%s: delete that Certificate and the Secret for the operator to issue this certificate itself, or use tls source CertManager", c.Namespace, name, c.Namespace, cert)}
 	}
 	if cur.Type != corev1.SecretTypeTLS || cur.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
 		return &TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not one etcd-pilot keeps (type kubernetes.io/tls, label %s=%s): the operator keeps this name for the cluster's certificates and does not overwrite it; rename or delete that Secret, or use tls source Secret", c.Namespace, name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
@@ -548,10 +608,10 @@ func (r *EtcdClusterReconciler) servedByCurrentCA(ctx context.Context, c *v1alph
 	signer := x509.NewCertPool()
 	signer.AppendCertsFromPEM(ca.Cert)
 	var ports []servedPort
-	if p := c.Spec.TLS.Peer; p != nil && p.Source != v1alpha1.TLSSourceSecret {
+	if p := c.Spec.TLS.Peer; p != nil && sourceOf(p.Source) == v1alpha1.TLSSourceOperator {
 		ports = append(ports, servedPort{material: observed[v1alpha1.PeerTLSSecretName(c.Name)], url: t.peerURL})
 	}
-	if cl := c.Spec.TLS.Client; cl != nil && cl.Source != v1alpha1.TLSSourceSecret {
+	if cl := c.Spec.TLS.Client; cl != nil && sourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
 		ports = append(ports, servedPort{material: observed[v1alpha1.OperatorTLSSecretName(c.Name)], url: func(pod string) string { return t.endpoint(pod) }})
 	}
 	for k := int32(0); k < specReplicas(c); k++ {

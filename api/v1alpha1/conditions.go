@@ -37,8 +37,9 @@ const (
 	// ReasonInvalidSpec : the spec cannot be turned into a valid render.
 	ReasonInvalidSpec = "InvalidSpec"
 	// ReasonTLSNotReady : spec.tls cannot be served yet: a Secret the user provides is missing
-	// or invalid, or the CA Secret cannot be read. Nothing is applied until it is fixed; the
-	// message names the Secret and what is wrong with it.
+	// or invalid, the CA Secret cannot be read, or (source CertManager) cert-manager is not
+	// installed or has not written a valid Secret for a Certificate yet. Nothing is applied
+	// until it is fixed; the message names the Secret (and Certificate) and what is wrong.
 	ReasonTLSNotReady = "TLSNotReady"
 	// ReasonRotatingCA : the cluster's CA is being rotated: the next CA is trusted next to the
 	// current one, members restart onto the new bundle, the new CA signs, the old one is

@@ -3,7 +3,7 @@ package v1alpha1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // TLSSource says where a side's certificates come from.
-// +kubebuilder:validation:Enum=Operator;Secret
+// +kubebuilder:validation:Enum=Operator;Secret;CertManager
 type TLSSource string
 
 const (
@@ -13,13 +13,50 @@ const (
 	// TLSSourceSecret: the user provides the Secrets (keys tls.crt, tls.key and ca.crt, as
 	// kubernetes.io/tls Secrets and cert-manager write them) and renews them.
 	TLSSourceSecret TLSSource = "Secret"
+	// TLSSourceCertManager: the operator creates cert-manager Certificates, signed by the
+	// issuer the side's issuerRef names, into the same Secrets the Operator source writes
+	// (<name>-peer-tls; <name>-server-tls and <name>-operator-client-tls); cert-manager
+	// issues and renews them. cert-manager must be installed.
+	TLSSourceCertManager TLSSource = "CertManager"
 )
+
+// Defaults of IssuerReference.
+const (
+	// CertManagerGroup is cert-manager's API group, the default group of an issuer.
+	CertManagerGroup = "cert-manager.io"
+	// IssuerKindIssuer is an Issuer in the cluster's namespace.
+	IssuerKindIssuer = "Issuer"
+	// IssuerKindClusterIssuer is a ClusterIssuer.
+	IssuerKindClusterIssuer = "ClusterIssuer"
+)
+
+// IssuerReference names the cert-manager issuer that signs a side's certificates (source
+// CertManager).
+type IssuerReference struct {
+	// Name of the Issuer (in the cluster's namespace) or ClusterIssuer.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Kind of the issuer: Issuer (default) or ClusterIssuer.
+	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// +kubebuilder:default=Issuer
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Group of the issuer: cert-manager.io (default), or an external issuer's API group.
+	// +kubebuilder:default=cert-manager.io
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Group string `json:"group,omitempty"`
+}
 
 // TLSSpec turns on TLS for the peer and the client side of etcd, each on its own. A side that
 // is absent speaks plain HTTP. Turning a side on or off after creation is refused for now.
 // +kubebuilder:validation:XValidation:rule="!has(self.peer) || !has(self.peer.source) || self.peer.source != 'Secret' || has(self.peer.secretName)",message="tls.peer.secretName is required with source Secret: name a Secret with tls.crt, tls.key and ca.crt"
 // +kubebuilder:validation:XValidation:rule="!has(self.client) || !has(self.client.source) || self.client.source != 'Secret' || (has(self.client.secretName) && has(self.client.operatorSecretName))",message="tls.client.secretName (the members' server certificate) and tls.client.operatorSecretName (the client certificate the operator presents) are required with source Secret"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) < (has(self.certificateDuration) ? duration(self.certificateDuration) : duration('2160h'))",message="tls.renewBefore must be shorter than tls.certificateDuration (default 2160h)"
+// +kubebuilder:validation:XValidation:rule="!has(self.peer) || (has(self.peer.source) && self.peer.source == 'CertManager') == has(self.peer.issuerRef)",message="tls.peer.issuerRef goes with source CertManager, and only with it: name the cert-manager Issuer or ClusterIssuer that signs the peer certificates, or remove issuerRef for the other sources"
+// +kubebuilder:validation:XValidation:rule="!has(self.client) || (has(self.client.source) && self.client.source == 'CertManager') == has(self.client.issuerRef)",message="tls.client.issuerRef goes with source CertManager, and only with it: name the cert-manager Issuer or ClusterIssuer that signs the server and client certificates, or remove issuerRef for the other sources"
+// +kubebuilder:validation:XValidation:rule="!((has(self.peer) && has(self.peer.source) && self.peer.source == 'CertManager') || (has(self.client) && has(self.client.source) && self.client.source == 'CertManager')) || ((!has(self.certificateDuration) || duration(self.certificateDuration) >= duration('1h')) && (!has(self.renewBefore) || duration(self.renewBefore) >= duration('5m')))",message="with source CertManager, tls.certificateDuration must be at least 1h and tls.renewBefore at least 5m: cert-manager refuses shorter ones"
 type TLSSpec struct {
 	// Peer secures the traffic between members (mutual TLS: each member presents its
 	// certificate to the others).
@@ -28,29 +65,33 @@ type TLSSpec struct {
 	// Client secures the client port, the operator's connections included.
 	// +optional
 	Client *ClientTLS `json:"client,omitempty"`
-	// ExtraSANs are further DNS names or IP addresses the members' server certificates carry,
-	// besides the pod DNS names and the Services (Operator source).
+	// ExtraSANs are further DNS names or IP addresses the members' certificates carry,
+	// besides the pod DNS names and the Services (Operator and CertManager sources).
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=253
 	// +optional
 	ExtraSANs []string `json:"extraSANs,omitempty"`
-	// CertificateDuration is the lifetime of the leaf certificates the operator issues
-	// (Operator source). Default 2160h (90 days).
+	// CertificateDuration is the lifetime of the leaf certificates the operator issues or
+	// asks cert-manager for (Operator and CertManager sources). Default 2160h (90 days).
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m')",message="tls.certificateDuration must be at least 10m"
 	// +optional
 	CertificateDuration *metav1.Duration `json:"certificateDuration,omitempty"`
-	// RenewBefore renews a leaf certificate this long before it expires (Operator source).
-	// Default: when two thirds of its lifetime have passed.
+	// RenewBefore renews a leaf certificate this long before it expires (Operator and
+	// CertManager sources). Default: when two thirds of its lifetime have passed.
 	// +optional
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
 }
 
 // PeerTLS is the peer side's TLS.
 type PeerTLS struct {
-	// Source of the certificates: Operator (default) or Secret.
+	// Source of the certificates: Operator (default), Secret or CertManager.
 	// +kubebuilder:default=Operator
 	// +optional
 	Source TLSSource `json:"source,omitempty"`
+	// IssuerRef (source CertManager, required there) names the cert-manager issuer of this
+	// side's certificates.
+	// +optional
+	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
 	// SecretName (source Secret) holds the members' peer certificate: tls.crt and tls.key,
 	// valid for server and client authentication and naming every member's peer DNS name
 	// (a wildcard *.<name>.<namespace>.svc and *.<name>.<namespace>.svc.<cluster domain>
@@ -62,10 +103,14 @@ type PeerTLS struct {
 
 // ClientTLS is the client side's TLS.
 type ClientTLS struct {
-	// Source of the certificates: Operator (default) or Secret.
+	// Source of the certificates: Operator (default), Secret or CertManager.
 	// +kubebuilder:default=Operator
 	// +optional
 	Source TLSSource `json:"source,omitempty"`
+	// IssuerRef (source CertManager, required there) names the cert-manager issuer of this
+	// side's certificates.
+	// +optional
+	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
 	// SecretName (source Secret) holds the members' server certificate (tls.crt, tls.key,
 	// naming the pod DNS names and the client Service) and ca.crt, the CA that clients'
 	// certificates must chain to.
@@ -88,15 +133,17 @@ type ClientTLS struct {
 // source): tls.crt and tls.key of the CA, and ca.crt, the trust bundle.
 func CASecretName(cluster string) string { return cluster + "-ca" }
 
-// PeerTLSSecretName is the Secret with the members' peer certificate (Operator source).
+// PeerTLSSecretName is the Secret with the members' peer certificate (Operator and
+// CertManager sources; with CertManager also the name of its Certificate).
 func PeerTLSSecretName(cluster string) string { return cluster + "-peer-tls" }
 
 // ServerTLSSecretName is the Secret with the members' client-side server certificate
-// (Operator source).
+// (Operator and CertManager sources; with CertManager also the name of its Certificate).
 func ServerTLSSecretName(cluster string) string { return cluster + "-server-tls" }
 
 // OperatorTLSSecretName is the Secret with the client certificate the operator presents to
-// the cluster (Operator source).
+// the cluster (Operator and CertManager sources; with CertManager also the name of its
+// Certificate).
 func OperatorTLSSecretName(cluster string) string { return cluster + "-operator-client-tls" }
 
 // CertificateStatus is one certificate of spec.tls.

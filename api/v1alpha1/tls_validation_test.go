@@ -42,6 +42,22 @@ func TestTLSAdmission(t *testing.T) {
 			s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}
 		}},
 		{name: "auth off without TLS accepted", spec: func(s *v1alpha1.EtcdClusterSpec) { s.Auth = &v1alpha1.AuthSpec{} }},
+		{name: "cert-manager issuers on both sides accepted", spec: tlsSpec(&v1alpha1.TLSSpec{
+			Peer:   &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}},
+			Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "root", Kind: v1alpha1.IssuerKindClusterIssuer}}})},
+		{name: "cert-manager source without an issuer refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager}}),
+			wantErr: []string{"tls.peer.issuerRef goes with source CertManager"}},
+		{name: "issuer with the operator source refused", spec: tlsSpec(&v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}}}),
+			wantErr: []string{"tls.client.issuerRef goes with source CertManager"}},
+		{name: "issuer of an unknown kind refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca", Kind: "Vault"}}}),
+			wantErr: []string{"spec.tls.peer.issuerRef.kind", "ClusterIssuer"}},
+		{name: "cert-manager with a duration under 1h refused", spec: tlsSpec(&v1alpha1.TLSSpec{
+			Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}}, CertificateDuration: ptr.To(metaDuration("30m"))}),
+			wantErr: []string{"with source CertManager, tls.certificateDuration must be at least 1h"}},
+		{name: "cert-manager with renewBefore under 5m refused", spec: tlsSpec(&v1alpha1.TLSSpec{
+			Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}}, RenewBefore: ptr.To(metaDuration("1m"))}),
+			wantErr: []string{"tls.renewBefore at least 5m"}},
+		{name: "a 30m duration with the operator source accepted", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("30m"))})},
 		{name: "renewBefore within the duration accepted", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("10m")), RenewBefore: ptr.To(metaDuration("9m45s"))})},
 	})
 

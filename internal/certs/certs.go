@@ -159,14 +159,21 @@ func Fingerprint(c *x509.Certificate) string {
 }
 
 // Verify checks that the leaf of pair chains to one of the CAs in bundle for the usage asked
-// (server, client or both) at now, and that its key matches it.
+// (server, client or both) at now, and that its key matches it. Certificates after the leaf
+// in pair.Cert are intermediates (as cert-manager writes tls.crt when its issuer's CA is not
+// a root): TLS peers receive them with the leaf, so the chain may go through them.
 func Verify(pair KeyPair, bundle []byte, server, client bool, now time.Time) error {
 	if _, err := tls.X509KeyPair(pair.Cert, pair.Key); err != nil {
 		return fmt.Errorf("certificate and key do not match: %w", err)
 	}
-	leaf, err := Parse(pair.Cert)
+	chain, err := ParseAll(pair.Cert)
 	if err != nil {
 		return err
+	}
+	leaf := chain[0]
+	intermediates := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		intermediates.AddCert(c)
 	}
 	cas, err := ParseAll(bundle)
 	if err != nil {
@@ -185,7 +192,7 @@ func Verify(pair KeyPair, bundle []byte, server, client bool, now time.Time) err
 	}
 	// x509 accepts any one of KeyUsages; check each one asked for on its own.
 	for _, u := range usages {
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: intermediates, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
 			return err
 		}
 	}

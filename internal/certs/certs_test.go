@@ -1,6 +1,13 @@
 package certs
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +75,43 @@ func TestIssueVerifyAndRenewal(t *testing.T) {
 	}
 	if !SameBundle(ca.Cert, ca.Cert) || SameBundle(ca.Cert, other.Cert) {
 		t.Fatal("SameBundle is wrong")
+	}
+}
+
+// A leaf signed by an intermediate CA, with the intermediate after it in tls.crt (as
+// cert-manager writes it) and only the root in the bundle, verifies; without the intermediate
+// it does not.
+func TestVerifyThroughAnIntermediate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rootKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rootTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "root"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLen: 1}
+	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, &rootKey.PublicKey, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := x509.ParseCertificate(rootDER)
+	midKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	midTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "intermediate"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true}
+	midDER, err := x509.CreateCertificate(rand.Reader, midTmpl, root, &midKey.PublicKey, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid, err := encode(midDER, midKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := Issue(mid, Request{CommonName: "etcd-peer", Server: true, Client: true, Validity: time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rootDER})
+	withChain := KeyPair{Cert: append(append([]byte{}, leaf.Cert...), mid.Cert...), Key: leaf.Key}
+	if err := Verify(withChain, rootPEM, true, true, now); err != nil {
+		t.Fatalf("leaf with its intermediate: %v", err)
+	}
+	if err := Verify(leaf, rootPEM, true, true, now); err == nil {
+		t.Fatal("a leaf without its intermediate verified against the root alone")
 	}
 }

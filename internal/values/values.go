@@ -158,7 +158,8 @@ func Typed(c *v1alpha1.EtcdCluster, op Operator) (charts.Values, error) {
 }
 
 // tlsValues turns spec.tls into the chart's tls block: the Secrets mounted into the members
-// are the operator's own (Operator source) or the user's (Secret source).
+// are those named after the cluster (the operator writes them for the Operator source,
+// cert-manager for CertManager) or the user's (Secret source).
 func tlsValues(c *v1alpha1.EtcdCluster) *charts.TLSValues {
 	t := c.Spec.TLS
 	if t == nil || (t.Peer == nil && t.Client == nil) {
