@@ -9,6 +9,9 @@ LDFLAGS := -s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=$(VERS
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
+# The end-to-end suite takes about 20-25 minutes on 2 cores; the limit leaves room for a slow
+# machine without letting a hung test eat the CI run.
+E2E_TEST_FLAGS ?= -count=1 -timeout 45m
 
 .DEFAULT_GOAL := help
 
@@ -29,7 +32,7 @@ test: tools ## Run every test (unit, golden, Helm parity, envtest against a real
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" HELM="$$(hack/build-helm.sh)" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 	@# The end-to-end suite runs alone: on 2 cores, sharing them with the other suites starves
 	@# etcd's heartbeats and causes elections that have nothing to do with the operator.
-	go test $(GO_TEST_FLAGS) ./test/e2e
+	go test $(E2E_TEST_FLAGS) ./test/e2e
 
 .PHONY: bench
 bench: tools ## Run the benchmarks (render cold and warm, steady-state reconcile).
