@@ -72,13 +72,16 @@ type sizeWatch struct {
 	lastBig    map[string]time.Time
 	firstSmall map[string]time.Time
 	smallest   map[string]int64
-	terms      map[uint64]uint64 // raft term → the leader named in it
+	// terms counts, per raft term, the answers naming each leader. etcd's Status reads the
+	// term and the leader one after the other, so an answer during a hand-over may pair the
+	// old term with the new leader: a term's leader is the one most answers name.
+	terms map[uint64]map[uint64]int
 }
 
 func watchSizes(t testing.TB, cli *clientv3.Client, ns string, n int, threshold int64) *sizeWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	sw := &sizeWatch{cancel: cancel, lastBig: map[string]time.Time{}, firstSmall: map[string]time.Time{}, smallest: map[string]int64{},
-		terms: map[uint64]uint64{}}
+		terms: map[uint64]map[uint64]int{}}
 	for i := 0; i < n; i++ {
 		name, ep := fmt.Sprintf("etcd-%d", i), endpoint(ns, i)
 		sw.wg.Go(func() {
@@ -99,7 +102,10 @@ func watchSizes(t testing.TB, cli *clientv3.Client, ns string, n int, threshold 
 						sw.smallest[name] = st.DbSize
 					}
 					if st.Leader != 0 {
-						sw.terms[st.RaftTerm] = st.Leader
+						if sw.terms[st.RaftTerm] == nil {
+							sw.terms[st.RaftTerm] = map[uint64]int{}
+						}
+						sw.terms[st.RaftTerm][st.Leader]++
 					}
 					sw.mu.Unlock()
 				}
@@ -115,6 +121,18 @@ func watchSizes(t testing.TB, cli *clientv3.Client, ns string, n int, threshold 
 }
 
 func (sw *sizeWatch) stop() { sw.cancel(); sw.wg.Wait() }
+
+// leaderOf is the leader most answers named in term (0 when none did).
+func (sw *sizeWatch) leaderOf(term uint64) uint64 {
+	var leader uint64
+	most := 0
+	for id, n := range sw.terms[term] {
+		if n > most || (n == most && id < leader) {
+			leader, most = id, n
+		}
+	}
+	return leader
+}
 
 // fill writes count values of size bytes under prefix, perTxn of them in one transaction.
 func fill(ctx context.Context, cli *clientv3.Client, prefix string, count, size, perTxn int) error {
@@ -282,7 +300,7 @@ func TestDefragmentationUnderWriteLoadShrinksTheDatabase(t *testing.T) {
 	}
 	var leaderName string
 	for name, m := range before {
-		if m.id == sw.terms[first] {
+		if m.id == sw.leaderOf(first) {
 			leaderName = name
 		}
 	}
