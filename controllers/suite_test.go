@@ -82,8 +82,38 @@ func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 	default:
 		writes.Add(1)
+		if ns := namespaceOf(r.URL.Path); ns != "" {
+			n, _ := writesByNamespace.LoadOrStore(ns, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+		}
 	}
 	return c.rt.RoundTrip(r)
+}
+
+// writesByNamespace counts the manager's write requests per namespace (*atomic.Int64): a
+// test that counts its own cluster's writes is not disturbed by the passes over the clusters
+// of earlier tests, whose namespaces are still being deleted.
+var writesByNamespace sync.Map
+
+// writesIn is the number of the manager's write requests to objects in namespace ns.
+func writesIn(ns string) int64 {
+	n, ok := writesByNamespace.Load(ns)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int64).Load()
+}
+
+// namespaceOf is the namespace in an API path (/api/v1/namespaces/NS/... or
+// /apis/GROUP/VERSION/namespaces/NS/...), "" for cluster-scoped paths.
+func namespaceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "namespaces" && (i == 2 || i == 3) {
+			return parts[i+1]
+		}
+	}
+	return ""
 }
 
 type fakeEtcds struct {
