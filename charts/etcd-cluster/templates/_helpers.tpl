@@ -88,3 +88,8 @@ TCP liveness check and /health for readiness.
 {{- define "etcd-cluster.clientScheme" -}}
 {{- if and .Values.tls .Values.tls.client .Values.tls.client.enabled -}}https{{- else -}}http{{- end -}}
 {{- end -}}
+
+{{/* Non-empty when the client port serves plain HTTP beside TLS (tls.client.acceptPlain). */}}
+{{- define "etcd-cluster.clientAcceptsPlain" -}}
+{{- if and (eq (include "etcd-cluster.clientScheme" .) "https") .Values.tls.client.acceptPlain -}}true{{- end -}}
+{{- end -}}
