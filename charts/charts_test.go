@@ -615,3 +615,49 @@ func BenchmarkRenderWarm(b *testing.B) {
 		}
 	}
 }
+
+// TestRenderClientSwitchPhases renders the phases a switch of the client port between plain
+// and TLS passes through (internal/plan/tlsswitch picks them), for a spec that asks for TLS
+// (plain -> Both -> TLS) and for one that no longer has tls.client (TLS -> Both -> plain, the
+// Secret taken from the live pod template).
+func TestRenderClientSwitchPhases(t *testing.T) {
+	r := newRenderer(t)
+	on := fixtureNamed(t, "tls").cluster.DeepCopy()
+	on.Spec.TLS.Peer = nil
+	off := on.DeepCopy()
+	off.Spec.TLS = nil
+	auth := true
+	for _, c := range []struct {
+		name    string
+		cluster *v1alpha1.EtcdCluster
+		phase   values.Phase
+		listen  string
+	}{
+		{"switch-on-both", on, values.Phase{Client: v1alpha1.ClientTLSBoth}, "https://$(POD_IP):2379,http://$(POD_IP):2379"},
+		{"switch-on-tls", on, values.Phase{Client: v1alpha1.ClientTLSOnly}, "https://$(POD_IP):2379"},
+		{"switch-off-both", off, values.Phase{Client: v1alpha1.ClientTLSBoth,
+			LiveClient: &charts.TLSSideValues{SecretName: "secure-server-tls", ClientCertAuth: &auth}}, "https://$(POD_IP):2379,http://$(POD_IP):2379"},
+		{"switch-off-plain", off, values.Phase{Client: v1alpha1.ClientTLSPlain}, "http://$(POD_IP):2379"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := values.ComputeAt(c.cluster, values.DefaultOperator(), c.phase)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sts []*unstructured.Unstructured
+			for _, o := range render(t, r, charts.Release{Name: c.cluster.Name, Namespace: c.cluster.Namespace}, v) {
+				if o.GetKind() == "StatefulSet" {
+					sts = append(sts, o)
+				}
+			}
+			got := stream(t, sts)
+			if !bytes.Contains(got, []byte("--listen-client-urls="+c.listen+"\n")) {
+				t.Errorf("the StatefulSet does not listen on %s", c.listen)
+			}
+			testutil.Golden(t, filepath.Join(goldenDir, c.name+".yaml"), got, *update, "go test ./charts -update")
+		})
+	}
+	if _, err := values.ComputeAt(off, values.DefaultOperator(), values.Phase{Client: v1alpha1.ClientTLSBoth}); err == nil || !strings.Contains(err.Error(), "put tls.client back") {
+		t.Errorf("a TLS phase without tls.client nor a live Secret: %v, want a refusal", err)
+	}
+}

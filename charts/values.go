@@ -61,6 +61,8 @@ type TLSSideValues struct {
 	SecretName string `json:"secretName,omitempty"`
 	// ClientCertAuth (client side only) refuses clients without a certificate.
 	ClientCertAuth *bool `json:"clientCertAuth,omitempty"`
+	// AcceptPlain (client side only) serves plain HTTP on the client port beside TLS.
+	AcceptPlain bool `json:"acceptPlain,omitempty"`
 }
 
 // OperatorValues is the chart's operator block: what the operator takes over from the chart.

@@ -179,13 +179,17 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.ClaimName}}}},
 		},
 	}
-	if clientTLSEnabled(c) {
+	if strings.HasPrefix(endpoint, "https://") {
 		// The pod presents the operator's client certificate, mounted from its Secret.
+		secret := v1alpha1.OperatorTLSSecretName(c.Name)
+		if clientTLSEnabled(c) {
+			secret = operatorTLSSecret(c)
+		}
 		ctr := &pod.Spec.Containers[0]
 		ctr.Args = append(ctr.Args, "--tls-dir="+agentTLSPath)
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "client-tls", MountPath: agentTLSPath, ReadOnly: true})
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "client-tls", VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: operatorTLSSecret(c), DefaultMode: ptr.To(int32(0o440))}}})
+			Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To(int32(0o440))}}})
 	}
 	return pod
 }

@@ -209,6 +209,14 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 		}
 		t.tls = cfg
 	}
+	// During a switch of the client port between plain and TLS: the scheme every member
+	// accepts.
+	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, t.tls)
+	if err != nil {
+		return backupplan.Source{}, nil, "", err
+	}
+	t.clientScheme = sw.decision.Dial
+	t.tls = dialTLS(ctx, r.Client, c, t.clientScheme, t.tls)
 	o := observation{}
 	if err := observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
 		return backupplan.Source{}, nil, "", err

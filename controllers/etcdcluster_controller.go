@@ -34,6 +34,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/tlsswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
@@ -249,6 +250,22 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		// Paused, or a spec that cannot be rendered: no certificate is issued, but status is
 		// still read from etcd with the certificate there is.
 		topo.tls, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
+	}
+	// The client port's phase: the target, or the step towards it every member can take.
+	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo, topo.tls)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if specErr == nil && sw.decision.Render != values.ClientTarget(c) {
+		desired, specErr = DesiredAt(r.Renderer, c, r.Operator, sw.phase())
+		obs.specErr = specErr
+	}
+	topo.clientScheme = sw.decision.Dial
+	topo.tls = dialTLS(ctx, r.Client, c, topo.clientScheme, topo.tls)
+	c.Status.TLSTransition = nil
+	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
+		c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{Client: st}
+		obs.clientSwitch = st.Message
 	}
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {

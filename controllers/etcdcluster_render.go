@@ -25,7 +25,12 @@ type unstructured = unstructuredv1.Unstructured
 // read from a file has none, and then the chart's output is returned as is). An error means
 // the spec cannot be turned into objects; its message says what to fix.
 func Desired(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator) ([]*unstructured, error) {
-	vals, err := values.Compute(c, op)
+	return DesiredAt(r, c, op, values.Phase{})
+}
+
+// DesiredAt is Desired rendering phase p of a switch between plain and TLS.
+func DesiredAt(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator, p values.Phase) ([]*unstructured, error) {
+	vals, err := values.ComputeAt(c, op, p)
 	if err != nil {
 		return nil, err
 	}

@@ -67,10 +67,22 @@ type observation struct {
 
 	// caRotation is where a CA rotation stands ("" when none runs).
 	caRotation string
+	// clientSwitch is where a switch of the client port between plain and TLS stands (""
+	// when none runs).
+	clientSwitch string
 }
 
 // degrades reports whether a reason needs the user's attention (see v1alpha1.ReasonEffects).
 func degrades(reason string) bool { return v1alpha1.ReasonEffects[reason] == v1alpha1.EffectDegrades }
+
+// rolloutReason reports whether reason is the rollout's (or nothing to do).
+func rolloutReason(reason string) bool {
+	switch reason {
+	case v1alpha1.ReasonRollingOut, v1alpha1.ReasonRolloutWaiting, v1alpha1.ReasonMemberRestarting, v1alpha1.ReasonReconciled, "":
+		return true
+	}
+	return false
+}
 
 // membershipProgress reports whether the membership step is a change under way.
 func membershipProgress(a *plan.Step) bool {
@@ -325,6 +337,12 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
+	case o.clientSwitch != "" && o.wasAvailable && (o.membership == nil || rolloutReason(o.membership.Reason)):
+		// The rollout restarts the members onto the switch's phase: say both.
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonSwitchingClientTLS, o.clientSwitch
+		if membershipProgress(o.membership) {
+			c.Message += "; " + o.membership.Message
+		}
 	case membershipProgress(o.membership) && (o.wasAvailable || o.membership.Reason != v1alpha1.ReasonBootstrapping):
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case o.caRotation != "" && o.wasAvailable:

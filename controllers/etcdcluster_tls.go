@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,7 +70,15 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 	var operatorMaterial map[string]certificates.Material
 	if want, ok := operatorCertificates(c, t); ok {
 		want.RotationRequest = c.Annotations[v1alpha1.AnnotationRotateCA]
-		want.Formed = c.Status.ClusterID != ""
+		// A formed cluster's members run with this CA's certificates once any of them (or the
+		// pod template) mounts a TLS Secret; before that (TLS turned on on a live plain
+		// cluster) the CA is created like for a new cluster.
+		if c.Status.ClusterID != "" {
+			var err error
+			if want.Formed, err = r.membersMountTLS(ctx, c, t); err != nil {
+				return nil, err
+			}
+		}
 		// Plan from the cache; before writing anything, read the Secrets again past it and
 		// plan again, so no step acts on a Secret the cache has not caught up with (a CA
 		// just rotated, or one the cache does not show).
@@ -660,4 +669,35 @@ func servedLeaf(ctx context.Context, rawURL string, m certificates.Material) (*x
 	}
 	defer conn.Close()
 	return conn.(*tls.Conn).ConnectionState().PeerCertificates[0], nil
+}
+
+// membersMountTLS reports whether the live StatefulSet's pod template or any member pod
+// mounts a TLS Secret (the chart's peer-tls or client-tls volume).
+func (r *EtcdClusterReconciler) membersMountTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (bool, error) {
+	mounts := func(ps *corev1.PodSpec) bool {
+		for _, v := range ps.Volumes {
+			if (v.Name == "peer-tls" || v.Name == "client-tls") && v.Secret != nil {
+				return true
+			}
+		}
+		return false
+	}
+	sts := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	switch {
+	case err == nil && mounts(&sts.Spec.Template.Spec):
+		return true, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return false, fmt.Errorf("failed to list member pods: %w", err)
+	}
+	for i := range pods.Items {
+		if mounts(&pods.Items[i].Spec) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -45,6 +45,10 @@ const (
 	// current one, members restart onto the new bundle, the new CA signs, the old one is
 	// dropped and members restart once more (status.caRotation says where it stands).
 	ReasonRotatingCA = "RotatingCA"
+	// ReasonSwitchingClientTLS : the client side is switching between plain and TLS: the
+	// members restart one at a time onto serving both, then onto the target
+	// (status.tlsTransition says where it stands).
+	ReasonSwitchingClientTLS = "SwitchingClientTLS"
 	// ReasonApplyFailed : the API server refused an object the chart rendered.
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonMembersUnhealthy : some members are not ready or not healthy.
@@ -216,6 +220,7 @@ var ReasonEffects = map[string]Effect{
 	ReasonEtcdUnreachable:     EffectDegrades,
 	ReasonQuorumLost:          EffectDegrades,
 	ReasonNoLeader:            EffectProgresses,
+	ReasonSwitchingClientTLS:  EffectProgresses,
 	ReasonSplitBrain:          EffectDegrades,
 	ReasonUnknownMember:       EffectDegrades,
 	ReasonPodNotMember:        EffectDegrades,

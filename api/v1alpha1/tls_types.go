@@ -50,7 +50,8 @@ type IssuerReference struct {
 }
 
 // TLSSpec turns on TLS for the peer and the client side of etcd, each on its own. A side that
-// is absent speaks plain HTTP. Turning a side on or off after creation is refused for now.
+// is absent speaks plain HTTP. The client side can be turned on and off on a live cluster (the
+// members pass through serving both, see ClientTLS.AcceptPlain); the peer side cannot yet.
 // +kubebuilder:validation:XValidation:rule="!has(self.peer) || !has(self.peer.source) || self.peer.source != 'Secret' || has(self.peer.secretName)",message="tls.peer.secretName is required with source Secret: name a Secret with tls.crt, tls.key and ca.crt"
 // +kubebuilder:validation:XValidation:rule="!has(self.client) || !has(self.client.source) || self.client.source != 'Secret' || (has(self.client.secretName) && has(self.client.operatorSecretName))",message="tls.client.secretName (the members' server certificate) and tls.client.operatorSecretName (the client certificate the operator presents) are required with source Secret"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) < (has(self.certificateDuration) ? duration(self.certificateDuration) : duration('2160h'))",message="tls.renewBefore must be shorter than tls.certificateDuration (default 2160h)"
@@ -127,6 +128,54 @@ type ClientTLS struct {
 	// +kubebuilder:default=true
 	// +optional
 	ClientCertAuth *bool `json:"clientCertAuth,omitempty"`
+	// AcceptPlain makes the members serve plain HTTP on the client port too, beside TLS, on
+	// the same port (clients without TLS are not asked for a certificate). It is how clients
+	// move between plain and TLS on a live cluster: set it while they move, and the operator
+	// holds the members in that phase. Turning client TLS on passes through it by itself;
+	// turning it off (removing tls.client) is allowed only from acceptPlain: true. It cannot
+	// be set while auth is enabled.
+	// +optional
+	AcceptPlain bool `json:"acceptPlain,omitempty"`
+}
+
+// ClientTLSMode is what a member's client port serves.
+// +kubebuilder:validation:Enum=Plain;Both;TLS
+type ClientTLSMode string
+
+const (
+	// ClientTLSPlain: plain HTTP only.
+	ClientTLSPlain ClientTLSMode = "Plain"
+	// ClientTLSBoth: plain HTTP and TLS on the same port (etcd multiplexes them).
+	ClientTLSBoth ClientTLSMode = "Both"
+	// ClientTLSOnly: TLS only.
+	ClientTLSOnly ClientTLSMode = "TLS"
+)
+
+// TLSTransitionStatus says where a switch of the client side between plain and TLS stands.
+// It is for humans: the operator derives the phase on every pass from the members' pods and
+// etcd's member list, never from here.
+type TLSTransitionStatus struct {
+	// Client is the client side's switch; absent when the members serve what the spec asks.
+	// +optional
+	Client *ClientTLSTransition `json:"client,omitempty"`
+}
+
+// ClientTLSTransition is a client side switch in progress.
+type ClientTLSTransition struct {
+	// Phase is what the members' pod template serves now; the rollout restarts the members
+	// onto it one at a time.
+	Phase ClientTLSMode `json:"phase"`
+	// Target is what the spec asks for.
+	Target ClientTLSMode `json:"target"`
+	// Dial is the scheme the operator reaches the members with: one every member accepts.
+	Dial string `json:"dial"`
+	// MembersOnPhase is how many member pods run with the phase's listeners.
+	MembersOnPhase int32 `json:"membersOnPhase"`
+	// Members is the number of member pods.
+	Members int32 `json:"members"`
+	// Message says what the switch waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // CASecretName is the Secret holding the CA the operator keeps for a cluster (Operator

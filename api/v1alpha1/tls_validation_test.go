@@ -71,8 +71,20 @@ func TestTLSAdmission(t *testing.T) {
 	}{
 		{name: "peer TLS added refused", update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}} },
 			wantErr: []string{"tls.peer cannot be added or removed"}},
-		{name: "client TLS removed refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
-			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{"tls.client cannot be added or removed"}},
+		{name: "client TLS removed without acceptPlain refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{"tls.client can be removed only from acceptPlain: true"}},
+		{name: "client TLS removed from acceptPlain accepted", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }},
+		{name: "client TLS removed beside peer TLS from acceptPlain accepted", create: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{AcceptPlain: true}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS.Client = nil }},
+		{name: "client TLS added accepted", update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}} }},
+		{name: "client TLS added with acceptPlain accepted", update: func(s *v1alpha1.EtcdClusterSpec) {
+			s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}}
+		}},
+		{name: "acceptPlain turned on and off accepted", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS.Client.AcceptPlain = true }},
+		{name: "acceptPlain under auth refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}, auth: true,
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS.Client.AcceptPlain = true }, wantErr: []string{"acceptPlain cannot be set while auth is enabled"}},
 		{name: "operator certificate source changed under auth refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
 			auth: true, update: func(s *v1alpha1.EtcdClusterSpec) {
 				s.TLS.Client.Source, s.TLS.Client.SecretName, s.TLS.Client.OperatorSecretName = v1alpha1.TLSSourceSecret, "s", "o"

@@ -190,7 +190,8 @@ func Dial(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client,
 	if tlsConfig != nil {
 		h = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, TLSClientConfig: tlsConfig.Clone()}}
 	}
-	return &client{c: c, http: h, tls: tlsConfig}, nil
+	scheme, _, _ := strings.Cut(endpoints[0], "://")
+	return &client{c: c, http: h, tls: tlsConfig, scheme: scheme}, nil
 }
 
 type client struct {
@@ -198,6 +199,8 @@ type client struct {
 	// http reads /version, over TLS with the client certificate when the cluster has one.
 	http *http.Client
 	tls  *tls.Config
+	// scheme is the scheme of the endpoints dialed (http or https).
+	scheme string
 }
 
 func (c *client) MemberList(ctx context.Context) (Cluster, error) {
@@ -208,11 +211,32 @@ func (c *client) MemberList(ctx context.Context) (Cluster, error) {
 	out := Cluster{ClusterID: resp.Header.ClusterId}
 	for _, m := range resp.Members {
 		out.Members = append(out.Members, Member{
-			ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner,
+			ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: PreferScheme(m.ClientURLs, c.scheme), IsLearner: m.IsLearner,
 		})
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
 	return out, nil
+}
+
+// PreferScheme returns urls with those of scheme first, in their order, then the others. A
+// member serving plain HTTP and TLS on its client port (a switch between them) publishes
+// both; whoever reads ClientURLs[0] then reaches it the way it dials every member.
+func PreferScheme(urls []string, scheme string) []string {
+	if scheme == "" || len(urls) < 2 {
+		return urls
+	}
+	out := make([]string, 0, len(urls))
+	for _, u := range urls {
+		if strings.HasPrefix(u, scheme+"://") {
+			out = append(out, u)
+		}
+	}
+	for _, u := range urls {
+		if !strings.HasPrefix(u, scheme+"://") {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, error) {

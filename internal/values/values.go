@@ -72,6 +72,33 @@ func BackupPodLabels(cluster string) map[string]string {
 // (an owned or unknown etcd flag), and with a *VersionError for a version below the cluster
 // version etcd reports.
 func Typed(c *v1alpha1.EtcdCluster, op Operator) (charts.Values, error) {
+	return TypedAt(c, op, Phase{})
+}
+
+// Phase is what a pass renders where a switch between plain and TLS is under way, instead of
+// what the spec asks (internal/plan/tlsswitch decides it from the pods and etcd). The zero
+// Phase renders the spec.
+type Phase struct {
+	// Client is what the client port serves; "" is the spec's target (ClientTarget).
+	Client v1alpha1.ClientTLSMode
+	// LiveClient is the client side's Secret and clientCertAuth as the live pod template has
+	// them, for a phase that still serves TLS after tls.client was removed from the spec.
+	LiveClient *charts.TLSSideValues
+}
+
+// ClientTarget is what the spec asks the client port to serve.
+func ClientTarget(c *v1alpha1.EtcdCluster) v1alpha1.ClientTLSMode {
+	switch {
+	case c.Spec.TLS == nil || c.Spec.TLS.Client == nil:
+		return v1alpha1.ClientTLSPlain
+	case c.Spec.TLS.Client.AcceptPlain:
+		return v1alpha1.ClientTLSBoth
+	}
+	return v1alpha1.ClientTLSOnly
+}
+
+// TypedAt is Typed rendering the phase p.
+func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, error) {
 	s := c.Spec
 	v := charts.Values{
 		Replicas:          DefaultReplicas,
@@ -142,7 +169,11 @@ func Typed(c *v1alpha1.EtcdCluster, op Operator) (charts.Values, error) {
 		return charts.Values{}, err
 	}
 	v.Etcd.ExtraArgs = e.ExtraArgs
-	v.TLS = tlsValues(c)
+	tv, err := tlsValues(c, p)
+	if err != nil {
+		return charts.Values{}, err
+	}
+	v.TLS = tv
 	v.NetworkPolicy = networkPolicyValues(c, op)
 	if g := c.Status.TrustGeneration; g > 0 && v.TLS != nil {
 		// The members read the CA bundle at start only: a new bundle generation changes the
@@ -159,30 +190,44 @@ func Typed(c *v1alpha1.EtcdCluster, op Operator) (charts.Values, error) {
 
 // tlsValues turns spec.tls into the chart's tls block: the Secrets mounted into the members
 // are those named after the cluster (the operator writes them for the Operator source,
-// cert-manager for CertManager) or the user's (Secret source).
-func tlsValues(c *v1alpha1.EtcdCluster) *charts.TLSValues {
+// cert-manager for CertManager) or the user's (Secret source). The client side serves what
+// phase p says.
+func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
 	t := c.Spec.TLS
-	if t == nil || (t.Peer == nil && t.Client == nil) {
-		return nil
-	}
 	out := &charts.TLSValues{}
-	if p := t.Peer; p != nil {
+	if t != nil && t.Peer != nil {
 		out.Peer.Enabled = true
 		out.Peer.SecretName = v1alpha1.PeerTLSSecretName(c.Name)
-		if p.Source == v1alpha1.TLSSourceSecret {
-			out.Peer.SecretName = p.SecretName
+		if t.Peer.Source == v1alpha1.TLSSourceSecret {
+			out.Peer.SecretName = t.Peer.SecretName
 		}
 	}
-	if cl := t.Client; cl != nil {
+	mode := p.Client
+	if mode == "" {
+		mode = ClientTarget(c)
+	}
+	if mode != v1alpha1.ClientTLSPlain {
+		switch {
+		case t != nil && t.Client != nil:
+			cl := t.Client
+			out.Client.SecretName = v1alpha1.ServerTLSSecretName(c.Name)
+			if cl.Source == v1alpha1.TLSSourceSecret {
+				out.Client.SecretName = cl.SecretName
+			}
+			auth := cl.ClientCertAuth == nil || *cl.ClientCertAuth
+			out.Client.ClientCertAuth = &auth
+		case p.LiveClient != nil && p.LiveClient.SecretName != "":
+			out.Client.SecretName, out.Client.ClientCertAuth = p.LiveClient.SecretName, p.LiveClient.ClientCertAuth
+		default:
+			return nil, fmt.Errorf("the members still serve TLS on the client port, and neither spec.tls.client nor the pod template names its Secret: put tls.client back with acceptPlain: true")
+		}
 		out.Client.Enabled = true
-		out.Client.SecretName = v1alpha1.ServerTLSSecretName(c.Name)
-		if cl.Source == v1alpha1.TLSSourceSecret {
-			out.Client.SecretName = cl.SecretName
-		}
-		auth := cl.ClientCertAuth == nil || *cl.ClientCertAuth
-		out.Client.ClientCertAuth = &auth
+		out.Client.AcceptPlain = mode == v1alpha1.ClientTLSBoth
 	}
-	return out
+	if !out.Peer.Enabled && !out.Client.Enabled {
+		return nil, nil
+	}
+	return out, nil
 }
 
 // networkPolicyValues turns spec.networkPolicy into the chart's networkPolicy block, with the
@@ -238,7 +283,12 @@ func MembershipConfigMapName(cluster string) string { return cluster + "-members
 // stored before the rule existed. The inventory label and the managed-by value are put back
 // after the merge: pruning depends on them.
 func Compute(c *v1alpha1.EtcdCluster, op Operator) (map[string]any, error) {
-	t, err := Typed(c, op)
+	return ComputeAt(c, op, Phase{})
+}
+
+// ComputeAt is Compute rendering the phase p.
+func ComputeAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (map[string]any, error) {
+	t, err := TypedAt(c, op, p)
 	if err != nil {
 		return nil, err
 	}

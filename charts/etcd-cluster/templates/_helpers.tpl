@@ -106,3 +106,8 @@ podSelector:
   {{- else }} {}
   {{- end }}
 {{- end -}}
+
+{{/* Non-empty when the client port serves plain HTTP beside TLS (tls.client.acceptPlain). */}}
+{{- define "etcd-cluster.clientAcceptsPlain" -}}
+{{- if and (eq (include "etcd-cluster.clientScheme" .) "https") .Values.tls.client.acceptPlain -}}true{{- end -}}
+{{- end -}}

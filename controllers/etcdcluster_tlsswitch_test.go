@@ -1,0 +1,156 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+)
+
+// listenArg is the StatefulSet's --listen-client-urls.
+func listenArg(sts *appsv1.StatefulSet) string {
+	for _, a := range sts.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--listen-client-urls="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// runPods replaces the member pods with pods started from the StatefulSet's current template
+// (envtest runs no StatefulSet controller), ready.
+func runPods(t *testing.T, ns string) {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	if err := getObject(ns, "etcd", sts); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("etcd-%d", i)
+		old := &corev1.Pod{}
+		if err := getObject(ns, name, old); err == nil {
+			if err := env.Client.Delete(context.Background(), old, client.GracePeriodSeconds(0)); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, timeout, "pod "+name+" gone", func() error {
+				if getObject(ns, name, &corev1.Pod{}) == nil {
+					return fmt.Errorf("still there")
+				}
+				return nil
+			})
+		}
+		labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: "etcd-1"}
+		for k, v := range sts.Spec.Template.Labels {
+			labels[k] = v
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
+		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd", Args: sts.Spec.Template.Spec.Containers[0].Args}}
+		if err := env.Client.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
+		if err := env.Client.Status().Update(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The StatefulSet controller observed the template the pods run.
+	eventually(t, timeout, "StatefulSet status update", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		n := *sts.Spec.Replicas
+		sts.Status = appsv1.StatefulSetStatus{
+			ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			CurrentReplicas: n, UpdatedReplicas: n, CurrentRevision: "etcd-1", UpdateRevision: "etcd-1",
+		}
+		return env.Client.Status().Update(context.Background(), sts)
+	})
+}
+
+// publish makes the fake etcd's members publish client URLs of the schemes given and answer
+// on each.
+func publish(f *etcd.Fake, ns string, schemes ...string) {
+	for i := range f.State.Members {
+		m := &f.State.Members[i]
+		st := f.Statuses[m.ClientURLs[0]]
+		m.ClientURLs = nil
+		for _, s := range schemes {
+			u := fmt.Sprintf("%s://etcd-%d.etcd.%s.svc:2379", s, i, ns)
+			m.ClientURLs = append(m.ClientURLs, u)
+			f.Statuses[u] = st
+		}
+	}
+}
+
+// TestClientTLSSwitchedOnThroughBoth: a plain cluster given tls.client (no acceptPlain) is
+// rendered serving both schemes first, and the operator keeps dialing plain HTTP while the
+// pods listen on plain only; once every pod listens on both and etcd's member list shows
+// both, the template moves to TLS only and the operator dials TLS.
+func TestClientTLSSwitchedOnThroughBoth(t *testing.T) {
+	ns := env.Namespace(t)
+	f := healthyEtcd(ns, 3)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	runPods(t, ns)
+	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
+
+	c := getCluster(t, ns)
+	c.Spec.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "the template to serve both, the operator dialing plain", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		if got := listenArg(sts); got != "https://$(POD_IP):2379,http://$(POD_IP):2379" {
+			return fmt.Errorf("listens on %s", got)
+		}
+		tr := getCluster(t, ns).Status.TLSTransition
+		if tr == nil || tr.Client == nil || tr.Client.Phase != v1alpha1.ClientTLSBoth || tr.Client.Target != v1alpha1.ClientTLSOnly || tr.Client.Dial != "http" {
+			return fmt.Errorf("status.tlsTransition %+v", tr)
+		}
+		return nil
+	})
+	if c := waitCondition(t, ns, v1alpha1.ConditionProgressing, "True/"+v1alpha1.ReasonSwitchingClientTLS); condition(c, v1alpha1.ConditionAvailable) != "True/"+v1alpha1.ReasonQuorumAvailable {
+		t.Fatalf("the operator lost the members while they listen on plain only: %s", condition(c, v1alpha1.ConditionAvailable))
+	}
+
+	// The members restarted onto both (as the rollout would) and published both in etcd.
+	runPods(t, ns)
+	publish(f, ns, "https", "http")
+	eventually(t, timeout, "the template to serve TLS only, the operator dialing TLS", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		if got := listenArg(sts); got != "https://$(POD_IP):2379" {
+			return fmt.Errorf("listens on %s", got)
+		}
+		tr := getCluster(t, ns).Status.TLSTransition
+		if tr == nil || tr.Client == nil || tr.Client.Phase != v1alpha1.ClientTLSOnly || tr.Client.Dial != "https" {
+			return fmt.Errorf("status.tlsTransition %+v", tr)
+		}
+		return nil
+	})
+	runPods(t, ns)
+	publish(f, ns, "https")
+	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
+	if tr := getCluster(t, ns).Status.TLSTransition; tr != nil {
+		t.Fatalf("status.tlsTransition %+v after the switch", tr)
+	}
+}
