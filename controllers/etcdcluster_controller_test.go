@@ -112,25 +112,37 @@ func markReady(t testing.TB, ns string) {
 		}
 	}
 	for i := int32(0); i < *sts.Spec.Replicas; i++ {
-		name := fmt.Sprintf("etcd-%d", i)
-		// The pods run the revision the StatefulSet's status names (etcd-1 below), so no rollout
-		// starts.
-		labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: "etcd-1"}
-		for k, v := range sts.Spec.Template.Labels {
-			labels[k] = v
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
-		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd"}}
-		if err := env.Client.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
-		if err := env.Client.Status().Update(context.Background(), pod); err != nil {
-			t.Fatal(err)
-		}
+		runReadyPod(t, ns, fmt.Sprintf("etcd-%d", i), sts, nil)
 	}
+	markStatefulSetCurrent(t, ns)
+}
+
+// runReadyPod creates a member pod of sts (unless it exists) with args, and marks it running
+// and ready. The pods run the revision the StatefulSet's status names (etcd-1, see
+// markStatefulSetCurrent), so no rollout starts.
+func runReadyPod(t testing.TB, ns, name string, sts *appsv1.StatefulSet, args []string) {
+	t.Helper()
+	labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: "etcd-1"}
+	for k, v := range sts.Spec.Template.Labels {
+		labels[k] = v
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
+	pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd", Args: args}}
+	if err := env.Client.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
+	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markStatefulSetCurrent plays the StatefulSet controller: its status says every replica runs
+// the current revision, etcd-1.
+func markStatefulSetCurrent(t testing.TB, ns string) {
+	t.Helper()
 	eventually(t, timeout, "StatefulSet status update", func() error {
 		sts := &appsv1.StatefulSet{}
 		if err := getObject(ns, "etcd", sts); err != nil {

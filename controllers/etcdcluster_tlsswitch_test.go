@@ -8,8 +8,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -48,35 +46,10 @@ func runPods(t *testing.T, ns string) {
 				return nil
 			})
 		}
-		labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: "etcd-1"}
-		for k, v := range sts.Spec.Template.Labels {
-			labels[k] = v
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
-		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd", Args: sts.Spec.Template.Spec.Containers[0].Args}}
-		if err := env.Client.Create(context.Background(), pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
-		if err := env.Client.Status().Update(context.Background(), pod); err != nil {
-			t.Fatal(err)
-		}
+		runReadyPod(t, ns, name, sts, sts.Spec.Template.Spec.Containers[0].Args)
 	}
 	// The StatefulSet controller observed the template the pods run.
-	eventually(t, timeout, "StatefulSet status update", func() error {
-		sts := &appsv1.StatefulSet{}
-		if err := getObject(ns, "etcd", sts); err != nil {
-			return err
-		}
-		n := *sts.Spec.Replicas
-		sts.Status = appsv1.StatefulSetStatus{
-			ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: n, AvailableReplicas: n,
-			CurrentReplicas: n, UpdatedReplicas: n, CurrentRevision: "etcd-1", UpdateRevision: "etcd-1",
-		}
-		return env.Client.Status().Update(context.Background(), sts)
-	})
+	markStatefulSetCurrent(t, ns)
 }
 
 // publish makes the fake etcd's members publish client URLs of the schemes given and answer
