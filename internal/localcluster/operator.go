@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 )
 
 // The operator's Deployment, as config/default installs it.
@@ -65,7 +66,7 @@ func (c *Cluster) installOperator(ctx context.Context) error {
 	if mgr == nil {
 		return fmt.Errorf("the Deployment %s/%s of config/default has no container %q", OperatorNamespace, OperatorDeployment, OperatorContainer)
 	}
-	c.operator = &operator{c: c, replicas: ptrOr(d.Spec.Replicas, 1), baseEnv: slices.Clone(mgr.Env)}
+	c.operator = &operator{c: c, replicas: ptr.Deref(d.Spec.Replicas, 1), baseEnv: slices.Clone(mgr.Env)}
 	return c.operator.waitReady(ctx, operatorReadyTimeout)
 }
 
@@ -76,13 +77,6 @@ func operatorContainer(d *appsv1.Deployment) *corev1.Container {
 		}
 	}
 	return nil
-}
-
-func ptrOr(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 // pods lists the operator's pods.
