@@ -661,3 +661,60 @@ func TestRenderClientSwitchPhases(t *testing.T) {
 		t.Errorf("a TLS phase without tls.client nor a live Secret: %v, want a refusal", err)
 	}
 }
+
+// TestRenderPeerSwitchPhases renders the phases a switch of the peer side between plain and
+// TLS passes through (internal/plan/peerswitch picks them): a second peer listener on the
+// transition port, the peer certificate mounted whenever a listener is https (from the spec,
+// or from the live pod template once tls.peer is gone), the advertised URL on the transition
+// port while URLs move towards it, and the transition port admitted by the NetworkPolicy.
+func TestRenderPeerSwitchPhases(t *testing.T) {
+	r := newRenderer(t)
+	on := fixtureNamed(t, "tls").cluster.DeepCopy()
+	on.Spec.TLS.Client = nil
+	on.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: true, RestrictEgress: true}
+	off := on.DeepCopy()
+	off.Spec.TLS = nil
+	for _, c := range []struct {
+		name      string
+		cluster   *v1alpha1.EtcdCluster
+		phase     values.PeerPhase
+		listen    string
+		advertise string
+		certs     bool
+	}{
+		{"peer-switch-on-1", on, values.PeerPhase{Main: "http", Transition: "https", AdvertiseTransition: true},
+			"http://$(POD_IP):2380,https://$(POD_IP):2382", "https://$(POD_NAME).secure.prod.svc.cluster.local:2382", true},
+		{"peer-switch-on-2", on, values.PeerPhase{Main: "https", Transition: "https"},
+			"https://$(POD_IP):2380,https://$(POD_IP):2382", "https://$(POD_NAME).secure.prod.svc.cluster.local:2380", true},
+		{"peer-switch-off-1", off, values.PeerPhase{Main: "https", Transition: "http", AdvertiseTransition: true, LiveSecret: "secure-peer-tls"},
+			"https://$(POD_IP):2380,http://$(POD_IP):2382", "http://$(POD_NAME).secure.prod.svc.cluster.local:2382", true},
+		{"peer-switch-off-2", off, values.PeerPhase{Main: "http", Transition: "http", LiveSecret: "secure-peer-tls"},
+			"http://$(POD_IP):2380,http://$(POD_IP):2382", "http://$(POD_NAME).secure.prod.svc.cluster.local:2380", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := values.ComputeAt(c.cluster, values.DefaultOperator(), values.Phase{Peer: &c.phase})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var objs []*unstructured.Unstructured
+			for _, o := range render(t, r, charts.Release{Name: c.cluster.Name, Namespace: c.cluster.Namespace}, v) {
+				if o.GetKind() == "StatefulSet" || o.GetKind() == "NetworkPolicy" {
+					objs = append(objs, o)
+				}
+			}
+			got := stream(t, objs)
+			for _, want := range []string{"--listen-peer-urls=" + c.listen + "\n", "--initial-advertise-peer-urls=" + c.advertise + "\n", "name: peer-transition\n", "port: 2382\n"} {
+				if !bytes.Contains(got, []byte(want)) {
+					t.Errorf("the render has no %q", want)
+				}
+			}
+			if has := bytes.Contains(got, []byte("--peer-cert-file=")); has != c.certs {
+				t.Errorf("peer certificate flags: %v, want %v", has, c.certs)
+			}
+			testutil.Golden(t, filepath.Join(goldenDir, c.name+".yaml"), got, *update, "go test ./charts -update")
+		})
+	}
+	if _, err := values.ComputeAt(off, values.DefaultOperator(), values.Phase{Peer: &values.PeerPhase{Main: "https", Transition: "http"}}); err == nil || !strings.Contains(err.Error(), "put tls.peer back") {
+		t.Errorf("a TLS peer phase without tls.peer nor a live Secret: %v, want a refusal", err)
+	}
+}

@@ -63,6 +63,11 @@ type TLSSideValues struct {
 	ClientCertAuth *bool `json:"clientCertAuth,omitempty"`
 	// AcceptPlain (client side only) serves plain HTTP on the client port beside TLS.
 	AcceptPlain bool `json:"acceptPlain,omitempty"`
+	// Transition (peer side only) is the scheme of a second peer listener on the transition
+	// port ("", http or https), while the operator switches the peer side of a live cluster.
+	Transition string `json:"transition,omitempty"`
+	// AdvertiseTransition (peer side only) makes members advertise the transition listener.
+	AdvertiseTransition bool `json:"advertiseTransition,omitempty"`
 }
 
 // OperatorValues is the chart's operator block: what the operator takes over from the chart.

@@ -84,6 +84,21 @@ type Phase struct {
 	// LiveClient is the client side's Secret and clientCertAuth as the live pod template has
 	// them, for a phase that still serves TLS after tls.client was removed from the spec.
 	LiveClient *charts.TLSSideValues
+	// Peer is what the peer listeners serve (internal/plan/peerswitch); nil is the spec's
+	// target.
+	Peer *PeerPhase
+}
+
+// PeerPhase is the peer side's phase during a switch between plain and TLS.
+type PeerPhase struct {
+	// Main and Transition are the schemes ("http", "https") of the peer port and of the
+	// transition port ("" for no transition listener).
+	Main, Transition string
+	// AdvertiseTransition makes members started now advertise the transition listener.
+	AdvertiseTransition bool
+	// LiveSecret is the peer Secret the live pod template mounts, for a phase that still
+	// serves TLS after tls.peer was removed from the spec.
+	LiveSecret string
 }
 
 // ClientTarget is what the spec asks the client port to serve.
@@ -202,6 +217,21 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
 			out.Peer.SecretName = t.Peer.SecretName
 		}
 	}
+	if pp := p.Peer; pp != nil {
+		out.Peer.Enabled = pp.Main == "https"
+		out.Peer.Transition, out.Peer.AdvertiseTransition = pp.Transition, pp.AdvertiseTransition && pp.Transition != ""
+		if pp.Main == "https" || pp.Transition == "https" {
+			switch {
+			case out.Peer.SecretName != "":
+			case pp.LiveSecret != "":
+				out.Peer.SecretName = pp.LiveSecret
+			default:
+				return nil, fmt.Errorf("the members still serve TLS on the peer side, and neither spec.tls.peer nor the pod template names its Secret: put tls.peer back until the switch to plain has passed its first restart round")
+			}
+		} else {
+			out.Peer.SecretName = ""
+		}
+	}
 	mode := p.Client
 	if mode == "" {
 		mode = ClientTarget(c)
@@ -224,7 +254,7 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
 		out.Client.Enabled = true
 		out.Client.AcceptPlain = mode == v1alpha1.ClientTLSBoth
 	}
-	if !out.Peer.Enabled && !out.Client.Enabled {
+	if !out.Peer.Enabled && !out.Client.Enabled && out.Peer.Transition == "" {
 		return nil, nil
 	}
 	return out, nil

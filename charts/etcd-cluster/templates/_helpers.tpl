@@ -84,6 +84,24 @@ TCP liveness check and /health for readiness.
 {{- if and .Values.tls .Values.tls.peer .Values.tls.peer.enabled -}}https{{- else -}}http{{- end -}}
 {{- end -}}
 
+{{/*
+Scheme of the peer transition listener ("" when there is none): the operator sets
+tls.peer.transition while it moves the members' peer URLs between plain and TLS.
+*/}}
+{{- define "etcd-cluster.peerTransitionScheme" -}}
+{{- if and .Values.tls .Values.tls.peer .Values.tls.peer.transition -}}{{ .Values.tls.peer.transition }}{{- end -}}
+{{- end -}}
+
+{{/* Port of the peer transition listener: etcd.peerTransitionPort, or the peer port + 2. */}}
+{{- define "etcd-cluster.peerTransitionPort" -}}
+{{- default (add (int .Values.etcd.peerPort) 2) .Values.etcd.peerTransitionPort -}}
+{{- end -}}
+
+{{/* Non-empty when a peer listener is https: the members then mount the peer certificate. */}}
+{{- define "etcd-cluster.peerTLS" -}}
+{{- if or (eq (include "etcd-cluster.peerScheme" .) "https") (eq (include "etcd-cluster.peerTransitionScheme" .) "https") -}}true{{- end -}}
+{{- end -}}
+
 {{/* URL scheme of the client port: https when tls.client.enabled. */}}
 {{- define "etcd-cluster.clientScheme" -}}
 {{- if and .Values.tls .Values.tls.client .Values.tls.client.enabled -}}https{{- else -}}http{{- end -}}
