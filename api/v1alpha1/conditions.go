@@ -49,6 +49,10 @@ const (
 	// members restart one at a time onto serving both, then onto the target
 	// (status.tlsTransition says where it stands).
 	ReasonSwitchingClientTLS = "SwitchingClientTLS"
+	// ReasonSwitchingPeerTLS : the peer side is switching between plain and TLS: the members
+	// restart onto a second peer listener, their peer URLs move to it one at a time, and back
+	// once the peer port serves the target (status.tlsTransition says where it stands).
+	ReasonSwitchingPeerTLS = "SwitchingPeerTLS"
 	// ReasonApplyFailed : the API server refused an object the chart rendered.
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonMembersUnhealthy : some members are not ready or not healthy.
@@ -221,6 +225,7 @@ var ReasonEffects = map[string]Effect{
 	ReasonQuorumLost:          EffectDegrades,
 	ReasonNoLeader:            EffectProgresses,
 	ReasonSwitchingClientTLS:  EffectProgresses,
+	ReasonSwitchingPeerTLS:    EffectProgresses,
 	ReasonSplitBrain:          EffectDegrades,
 	ReasonUnknownMember:       EffectDegrades,
 	ReasonPodNotMember:        EffectDegrades,

@@ -76,6 +76,9 @@ type Client interface {
 	AddLearner(ctx context.Context, peerURLs []string) (Member, error)
 	// Promote turns a caught-up learner into a voting member.
 	Promote(ctx context.Context, id uint64) error
+	// UpdatePeerURLs sets the peer URLs the others reach member id at. Setting the URLs it
+	// has is not an error.
+	UpdatePeerURLs(ctx context.Context, id uint64, peerURLs []string) error
 	// Remove removes a member. A member that is already gone is not an error.
 	Remove(ctx context.Context, id uint64) error
 	// MoveLeader hands leadership to transferee; leaderEndpoint must be the current leader's
@@ -290,6 +293,13 @@ func (c *client) AddLearner(ctx context.Context, peerURLs []string) (Member, err
 	}
 	m := resp.Member
 	return Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}, nil
+}
+
+func (c *client) UpdatePeerURLs(ctx context.Context, id uint64, peerURLs []string) error {
+	if _, err := c.c.MemberUpdate(ctx, id, peerURLs); err != nil {
+		return fmt.Errorf("failed to update the peer URLs of etcd member %s to %v: %w", FormatID(id), peerURLs, err)
+	}
+	return nil
 }
 
 func (c *client) Promote(ctx context.Context, id uint64) error {

@@ -123,6 +123,20 @@ func (f *Fake) AddLearner(_ context.Context, peerURLs []string) (Member, error) 
 	return m, nil
 }
 
+// UpdatePeerURLs implements Client.
+func (f *Fake) UpdatePeerURLs(_ context.Context, id uint64, peerURLs []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("UpdatePeerURLs")
+	for i := range f.State.Members {
+		if f.State.Members[i].ID == id {
+			f.State.Members[i].PeerURLs = append([]string(nil), peerURLs...)
+			return nil
+		}
+	}
+	return fmt.Errorf("failed to update the peer URLs of etcd member %s: member not found", FormatID(id))
+}
+
 // Promote implements Client.
 func (f *Fake) Promote(_ context.Context, id uint64) error {
 	f.mu.Lock()

@@ -35,6 +35,10 @@ type Evidence struct {
 	PeerURL func(podName string) string
 	// MaxLag is how far (raft entries) a member may trail the leader and count as caught up.
 	MaxLag uint64
+	// PeerURLAnswers holds, for each peer URL the operator asked in this pass (before an
+	// UpdatePeerURL), "" when a member of this cluster answered there (etcd's peer handler,
+	// with this cluster's ID), else what went wrong. A URL not asked is absent.
+	PeerURLAnswers map[string]string
 }
 
 // Invariant is one named rule of the safety gate. Check returns why step s breaks the rule
@@ -69,6 +73,7 @@ var Invariants = []Invariant{
 	{"ScaleDownOnlyPodsWithoutVoters", scaleDownOnlyNonVoters},
 	{"RestoreOnlyWithoutQuorum", restoreOnlyWithoutQuorum},
 	{"AuthChangesWithAHealthyQuorum", authWithQuorum},
+	{"PeerURLMovesToAnAnsweringListener", peerURLAnswers},
 }
 
 // Check passes s through every invariant and returns the first refusal, or nil. Waits, None
@@ -516,6 +521,32 @@ func restoreOnlyWithoutQuorum(s Step, v *evidenceView) string {
 // authWithQuorum: users are added and authentication turned on or off only while a quorum
 // of voters is up, healthy and caught up, so the change commits at once and every member
 // applies it before clients are cut off.
+// peerURLAnswers: a member's peer URL moves only while every voter is up, healthy and caught
+// up (the change commits at once, and no member is out of reach of the others while it does),
+// and only to a URL at which the member answered in this pass as a member of this cluster, so
+// the others reach it there as soon as they apply the change.
+func peerURLAnswers(s Step, v *evidenceView) string {
+	if s.Kind != UpdatePeerURL {
+		return ""
+	}
+	if _, ok := v.member(s.ID); !ok {
+		return fmt.Sprintf("member %s is not in etcd's member list", etcd.FormatID(s.ID))
+	}
+	if n, sick := v.healthyVoters(s, 0); n < int32(len(v.voters)) {
+		return fmt.Sprintf("%d of %d voters are healthy (%s)", n, len(v.voters), strings.Join(sick, "; "))
+	}
+	why, asked := v.e.PeerURLAnswers[s.PeerURL]
+	switch {
+	case s.PeerURL == "":
+		return "the step names no peer URL"
+	case !asked:
+		return fmt.Sprintf("nobody asked at %s in this pass whether %s serves it", s.PeerURL, s.Member)
+	case why != "":
+		return fmt.Sprintf("%s did not answer as a member of this cluster at %s: %s", s.Member, s.PeerURL, why)
+	}
+	return ""
+}
+
 func authWithQuorum(s Step, v *evidenceView) string {
 	switch s.Kind {
 	case EnsureRootUser, EnableAuth, DisableAuth:

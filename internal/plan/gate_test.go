@@ -212,6 +212,16 @@ func TestGate(t *testing.T) {
 		{"bootstrap restore of a formed cluster", gCluster(3), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring},
 			"RestoreOnlyWithoutQuorum", "has formed"},
 		// Authentication changes only with a healthy quorum.
+		{"move a peer URL the member answers at", gCluster(3).with(func(e *Evidence) { e.PeerURLAnswers = map[string]string{"https://etc-1:2382": ""} }),
+			Step{Kind: UpdatePeerURL, Member: "etc-1", ID: gID(1), PeerURL: "https://etc-1:2382"}, "", ""},
+		{"move a peer URL nobody asked at", gCluster(3),
+			Step{Kind: UpdatePeerURL, Member: "etc-1", ID: gID(1), PeerURL: "https://etc-1:2382"}, "PeerURLMovesToAnAnsweringListener", "nobody asked"},
+		{"move a peer URL the member does not answer at", gCluster(3).with(func(e *Evidence) { e.PeerURLAnswers = map[string]string{"https://etc-1:2382": "connection refused"} }),
+			Step{Kind: UpdatePeerURL, Member: "etc-1", ID: gID(1), PeerURL: "https://etc-1:2382"}, "PeerURLMovesToAnAnsweringListener", "connection refused"},
+		{"move a peer URL while another voter is down", gCluster(3).down(2).with(func(e *Evidence) { e.PeerURLAnswers = map[string]string{"https://etc-1:2382": ""} }),
+			Step{Kind: UpdatePeerURL, Member: "etc-1", ID: gID(1), PeerURL: "https://etc-1:2382"}, "PeerURLMovesToAnAnsweringListener", "2 of 3 voters are healthy"},
+		{"move the peer URL of a member etcd does not list", gCluster(3).with(func(e *Evidence) { e.PeerURLAnswers = map[string]string{"https://etc-7:2382": ""} }),
+			Step{Kind: UpdatePeerURL, Member: "etc-7", ID: gID(7), PeerURL: "https://etc-7:2382"}, "PeerURLMovesToAnAnsweringListener", "not in etcd's member list"},
 		{"turn auth on in a healthy cluster", gCluster(3).down(2), Step{Kind: EnableAuth, Reason: v1alpha1.ReasonEnablingAuth}, "", ""},
 		{"turn auth on without a healthy quorum", gCluster(3).down(1).down(2), Step{Kind: EnableAuth, Reason: v1alpha1.ReasonEnablingAuth},
 			"AuthChangesWithAHealthyQuorum", "fewer than quorum"},
@@ -285,5 +295,22 @@ func BenchmarkGate(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		_ = Check(steps[i%len(steps)], f.e)
+	}
+}
+
+func TestSamePeerHost(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"http://etc-0.etc.ns.svc:2380", "https://etc-0.etc.ns.svc:2382", true},
+		{"http://etc-0.etc.ns.svc:2380", "http://etc-1.etc.ns.svc:2380", false},
+		{"https://[fd00::1]:2380", "http://[fd00::1]:2382", true},
+		{"etc-0", "etc-0", true},
+		{"etc-0", "http://etc-0:2380", false},
+	} {
+		if got := SamePeerHost(c.a, c.b); got != c.want {
+			t.Errorf("SamePeerHost(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }

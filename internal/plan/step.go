@@ -52,6 +52,11 @@ const (
 	// EnableAuth turns etcd's authentication on; DisableAuth turns it off.
 	EnableAuth  Kind = "EnableAuth"
 	DisableAuth Kind = "DisableAuth"
+	// UpdatePeerURL: set member ID's (named Member) peer URLs to PeerURL alone, a step of a
+	// switch of the peer side between plain and TLS (internal/plan/peerswitch). The gate lets
+	// it pass only when every voter is healthy and the member answered at PeerURL in this
+	// pass, as a member of this cluster.
+	UpdatePeerURL Kind = "UpdatePeerURL"
 )
 
 // Alarm types etcd raises, as etcd names them (etcdserverpb.AlarmType).
@@ -71,7 +76,8 @@ type Step struct {
 	// ID is the member ID (PromoteLearner, RemoveMember, Defragment, DisarmAlarm; MoveLeader:
 	// the current leader).
 	ID uint64
-	// PeerURL is the peer URL of the learner to add (AddLearner).
+	// PeerURL is the peer URL of the learner to add (AddLearner), or a member's new peer URL
+	// (UpdatePeerURL).
 	PeerURL string
 	// Replicas is the StatefulSet's new .spec.replicas (ScaleStatefulSet).
 	Replicas int32

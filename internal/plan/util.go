@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -63,15 +64,31 @@ func Ordinal(statefulSet, pod string) (int32, bool) {
 	return int32(n), true
 }
 
+// SamePeerHost reports whether peer URLs a and b name the same host (a pod's DNS name, or
+// its address), whatever their schemes and ports: a member keeps its host while its peer URL
+// moves between plain and TLS and through the transition port (internal/plan/peerswitch).
+// URLs that cannot be parsed are compared whole.
+func SamePeerHost(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil || ua.Hostname() == "" {
+		return false
+	}
+	return ua.Hostname() == ub.Hostname()
+}
+
 // PodOfPeerURL returns the pod, among the ordinals below limit, whose advertised peer URL
-// (peerURL of its name) is one of urls; "" when none. A member that has not started has no
+// (peerURL of its name) is on the host of one of urls; "" when none. A member that has not started has no
 // name in etcd's member list: its peer URL is how it is found.
 func PodOfPeerURL(statefulSet string, peerURL func(pod string) string, limit int32, urls []string) string {
 	for k := int32(0); k < limit; k++ {
 		name := fmt.Sprintf("%s-%d", statefulSet, k)
 		u := peerURL(name)
 		for _, p := range urls {
-			if p == u {
+			if SamePeerHost(p, u) {
 				return name
 			}
 		}

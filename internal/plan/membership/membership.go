@@ -277,9 +277,10 @@ func (v *memberView) index(k int32, m etcd.Member) {
 	v.maxMemberOrd = max(v.maxMemberOrd, k)
 }
 
+// hasPeerURL reports whether m has a peer URL on u's host (see plan.SamePeerHost).
 func hasPeerURL(m etcd.Member, u string) bool {
 	for _, p := range m.PeerURLs {
-		if p == u {
+		if plan.SamePeerHost(p, u) {
 			return true
 		}
 	}
