@@ -256,16 +256,39 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if specErr == nil && sw.decision.Render != values.ClientTarget(c) {
-		desired, specErr = DesiredAt(r.Renderer, c, r.Operator, sw.phase())
-		obs.specErr = specErr
-	}
 	topo.clientScheme = sw.decision.Dial
 	topo.tls = dialTLS(ctx, r.Client, c, topo.clientScheme, topo.tls)
+	// The peer side's phase: the target, or the listeners and advertised URL of the step
+	// towards it that keeps every member reachable at its URL in etcd's member list.
+	ps, err := decidePeerSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	phase := values.Phase{}
+	if sw.decision.Render != values.ClientTarget(c) {
+		phase = sw.phase()
+	}
+	phase.Peer = ps.phase()
+	if specErr == nil && (phase.Client != "" || phase.Peer != nil) {
+		desired, specErr = DesiredAt(r.Renderer, c, r.Operator, phase)
+		obs.specErr = specErr
+		if specErr == nil {
+			// Members started on this render advertise the phase's peer URL.
+			at := topologyOf(c, desired)
+			topo.peerURLTemplate, topo.peerPort, topo.peerTransitionPort = at.peerURLTemplate, at.peerPort, at.peerTransitionPort
+		}
+	}
 	c.Status.TLSTransition = nil
 	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
 		c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{Client: st}
 		obs.clientSwitch = st.Message
+	}
+	if st := ps.status(); st != nil {
+		if c.Status.TLSTransition == nil {
+			c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{}
+		}
+		c.Status.TLSTransition.Peer = st
+		obs.peerSwitch = &ps
 	}
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {

@@ -88,13 +88,19 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	if a, err = r.authStep(ctx, c, t, mo.Etcd, a); err != nil {
 		return a, err
 	}
+	a = peerStep(t, o.peerSwitch, a)
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
 	if err := r.stampClaims(ctx, c, mo); err != nil {
 		return a, err
 	}
-	a = plan.Gate(a, mo.Evidence())
+	ev := mo.Evidence()
+	if a.Kind == plan.UpdatePeerURL && mo.Etcd != nil {
+		// The gate's evidence that the member serves its new URL: ask it there, now.
+		ev.PeerURLAnswers = map[string]string{a.PeerURL: r.askPeer(ctx, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, o.peerSwitch.secret(c))}
+	}
+	a = plan.Gate(a, ev)
 	return a, r.act(ctx, c, t, mo, a)
 }
 
@@ -597,6 +603,8 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 		err = cl.Defragment(mctx, ep)
 	case plan.DisarmAlarm:
 		err = cl.DisarmAlarm(cctx, etcd.Alarm{MemberID: a.ID, Type: a.Alarm})
+	case plan.UpdatePeerURL:
+		err = cl.UpdatePeerURLs(cctx, a.ID, []string{a.PeerURL})
 	default:
 		return fmt.Errorf("unknown membership step %s", a.Kind)
 	}

@@ -86,6 +86,10 @@ type topology struct {
 	selector    labels.Selector
 	// peerURLTemplate is the advertised peer URL with $(POD_NAME) in it.
 	peerURLTemplate string
+	// peerPort is the members' peer port; peerTransitionPort the port of the second peer
+	// listener of a switch between plain and TLS (the chart's default, the peer port + 2,
+	// when the render has none).
+	peerPort, peerTransitionPort int32
 	// clientScheme is http or https, from the advertised client URL.
 	clientScheme string
 	// domainSuffix is what follows a pod's name in its DNS name
@@ -105,6 +109,7 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 	t := topology{
 		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
 		peerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
+		peerPort: 2380, peerTransitionPort: 2382,
 		selector:        labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
 		clientScheme:    "http", clientService: c.Name + "-client", clusterDomain: "cluster.local",
 		domainSuffix: fmt.Sprintf("%s.%s.svc.cluster.local", c.Name, c.Namespace),
@@ -149,10 +154,20 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 					}
 				}
 			}
+			transition := int32(0)
 			for _, p := range ctr.Ports {
-				if p.Name == "client" {
+				switch p.Name {
+				case "client":
 					t.clientPort = p.ContainerPort
+				case "peer":
+					t.peerPort = p.ContainerPort
+				case "peer-transition":
+					transition = p.ContainerPort
 				}
+			}
+			t.peerTransitionPort = t.peerPort + 2
+			if transition != 0 {
+				t.peerTransitionPort = transition
 			}
 		}
 	}

@@ -70,6 +70,8 @@ type observation struct {
 	// clientSwitch is where a switch of the client port between plain and TLS stands (""
 	// when none runs).
 	clientSwitch string
+	// peerSwitch is the switch of the peer side between plain and TLS, nil when none runs.
+	peerSwitch *peerSwitch
 }
 
 // degrades reports whether a reason needs the user's attention (see v1alpha1.ReasonEffects).
@@ -337,6 +339,12 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case o.sts == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonCreating, "creating the StatefulSet"
+	case o.peerSwitch != nil && o.wasAvailable && (o.membership == nil || rolloutReason(o.membership.Reason) || o.membership.Reason == v1alpha1.ReasonSwitchingPeerTLS):
+		// The rollout restarts the members onto the switch's listeners, or a URL moves.
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonSwitchingPeerTLS, o.peerSwitch.decision.Message
+		if membershipProgress(o.membership) && o.membership.Reason != v1alpha1.ReasonSwitchingPeerTLS {
+			c.Message += "; " + o.membership.Message
+		}
 	case o.clientSwitch != "" && o.wasAvailable && (o.membership == nil || rolloutReason(o.membership.Reason)):
 		// The rollout restarts the members onto the switch's phase: say both.
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonSwitchingClientTLS, o.clientSwitch

@@ -50,8 +50,10 @@ type IssuerReference struct {
 }
 
 // TLSSpec turns on TLS for the peer and the client side of etcd, each on its own. A side that
-// is absent speaks plain HTTP. The client side can be turned on and off on a live cluster (the
-// members pass through serving both, see ClientTLS.AcceptPlain); the peer side cannot yet.
+// is absent speaks plain HTTP. Both sides can be turned on and off on a live cluster: the
+// client side passes through serving both on one port (see ClientTLS.AcceptPlain); the peer
+// side moves the members' peer URLs one at a time through a second listener (see the
+// README's "Turning TLS on and off").
 // +kubebuilder:validation:XValidation:rule="!has(self.peer) || !has(self.peer.source) || self.peer.source != 'Secret' || has(self.peer.secretName)",message="tls.peer.secretName is required with source Secret: name a Secret with tls.crt, tls.key and ca.crt"
 // +kubebuilder:validation:XValidation:rule="!has(self.client) || !has(self.client.source) || self.client.source != 'Secret' || (has(self.client.secretName) && has(self.client.operatorSecretName))",message="tls.client.secretName (the members' server certificate) and tls.client.operatorSecretName (the client certificate the operator presents) are required with source Secret"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) < (has(self.certificateDuration) ? duration(self.certificateDuration) : duration('2160h'))",message="tls.renewBefore must be shorter than tls.certificateDuration (default 2160h)"
@@ -158,6 +160,33 @@ type TLSTransitionStatus struct {
 	// Client is the client side's switch; absent when the members serve what the spec asks.
 	// +optional
 	Client *ClientTLSTransition `json:"client,omitempty"`
+	// Peer is the peer side's switch; absent when the members serve and advertise what the
+	// spec asks.
+	// +optional
+	Peer *PeerTLSTransition `json:"peer,omitempty"`
+}
+
+// PeerTLSTransition is a peer side switch in progress: the members' peer URLs move, one at a
+// time, through a second listener on the transition port (etcd.peerTransitionPort, by default
+// the peer port + 2), with a restart round before, between and after.
+type PeerTLSTransition struct {
+	// PeerPort is the scheme the members' pod template serves on the peer port (http or
+	// https).
+	PeerPort string `json:"peerPort"`
+	// TransitionPort is the scheme it serves on the transition port; empty when it has no
+	// second listener.
+	// +optional
+	TransitionPort string `json:"transitionPort,omitempty"`
+	// Target is the scheme the spec asks for.
+	Target string `json:"target"`
+	// MembersOnTarget is how many members have their peer URL on the target (etcd's member
+	// list).
+	MembersOnTarget int32 `json:"membersOnTarget"`
+	// Members is the number of members in etcd's member list (0 when it was not read).
+	Members int32 `json:"members"`
+	// Message says what the switch waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ClientTLSTransition is a client side switch in progress.

@@ -56,6 +56,13 @@ func (f *Fake) count(name string) {
 	f.Calls[name]++
 }
 
+// CallCount is how many times method name was called (safe while the fake is in use).
+func (f *Fake) CallCount(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Calls[name]
+}
+
 // SetLeader makes every member report leader as the leader.
 func (f *Fake) SetLeader(leader uint64) {
 	f.EditStatuses(func(st *MemberStatus) { st.Leader = leader })

@@ -57,7 +57,7 @@ func servesClient(t *testing.T, ns string, want ...string) {
 			}
 		}
 		if c := getCluster(t, ns); c.Status.TLSTransition != nil {
-			return fmt.Errorf("the operator reports a switch: %+v", *c.Status.TLSTransition.Client)
+			return fmt.Errorf("the operator reports a switch: %+v", c.Status.TLSTransition.Client)
 		}
 		return nil
 	})

@@ -1,0 +1,250 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+// peerSwitch is the peer side's phase of this pass (see internal/plan/peerswitch), derived
+// from what runs: the live StatefulSet's pod template, the member pods' peer listeners and,
+// whenever they serve anything but the target, etcd's member list.
+type peerSwitch struct {
+	obs      peerswitch.Observation
+	decision peerswitch.Decision
+	// liveSecret is the peer Secret the live pod template mounts ("" when none).
+	liveSecret string
+}
+
+// peerTarget is the scheme the spec asks the peer side for.
+func peerTarget(c *v1alpha1.EtcdCluster) string {
+	if c.Spec.TLS != nil && c.Spec.TLS.Peer != nil {
+		return peerswitch.HTTPS
+	}
+	return peerswitch.HTTP
+}
+
+// phase is the values phase of the peer side, nil when the pass renders the spec's target.
+func (s peerSwitch) phase() *values.PeerPhase {
+	d := s.decision
+	if d.Render == (peerswitch.Listeners{Main: s.obs.Target}) && !d.Advertise.Transition {
+		return nil
+	}
+	return &values.PeerPhase{Main: d.Render.Main, Transition: d.Render.Transition,
+		AdvertiseTransition: d.Advertise.Transition, LiveSecret: s.liveSecret}
+}
+
+// status is status.tlsTransition's peer side, nil when no switch runs.
+func (s peerSwitch) status() *v1alpha1.PeerTLSTransition {
+	d := s.decision
+	if !d.Switching {
+		return nil
+	}
+	st := &v1alpha1.PeerTLSTransition{PeerPort: d.Render.Main, TransitionPort: d.Render.Transition, Target: s.obs.Target,
+		Members: int32(len(s.obs.Members)), Message: d.Message}
+	goal := peerswitch.Kind{Scheme: s.obs.Target}
+	for _, m := range s.obs.Members {
+		if len(m.PeerURLs) == 1 {
+			if k, ok := peerswitch.KindOf(m.PeerURLs[0], s.obs.PeerPort); ok && k == goal {
+				st.MembersOnTarget++
+			}
+		}
+	}
+	return st
+}
+
+// decidePeerSwitch reads what decides the peer side's phase and asks the planner. t must
+// carry the client scheme and TLS configuration of this pass (the member list is read with
+// them).
+func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t topology) (peerSwitch, error) {
+	s := peerSwitch{obs: peerswitch.Observation{Target: peerTarget(c), PeerPort: t.peerPort}}
+	sts := &appsv1.StatefulSet{}
+	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.decision = peerswitch.Decide(s.obs)
+		return s, nil
+	case err != nil:
+		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+	}
+	tmpl, ok := peerListeners(&sts.Spec.Template.Spec, t.peerPort)
+	if !ok {
+		// A template the chart did not render (no etcd container): render the target.
+		tmpl = peerswitch.Listeners{Main: s.obs.Target}
+	}
+	s.obs.Template = &tmpl
+	s.liveSecret = secretVolume(&sts.Spec.Template.Spec, "peer-tls")
+	pods := &corev1.PodList{}
+	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return s, fmt.Errorf("failed to list member pods: %w", err)
+	}
+	var started []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if _, ok := plan.Ordinal(t.statefulSet, p.Name); !ok {
+			continue
+		}
+		// A pod whose etcd container names no peer URLs was not made from the chart's
+		// template: it tells nothing about the phase.
+		if l, ok := peerListeners(&p.Spec, t.peerPort); ok {
+			s.obs.Pods = append(s.obs.Pods, peerswitch.Pod{Name: p.Name, Serves: l})
+		}
+		var st plan.Pod
+		plan.PodState(&st, p)
+		if st.Started {
+			started = append(started, p.Name)
+		}
+	}
+	s.decision = peerswitch.Decide(s.obs)
+	if !s.decision.NeedMembers || len(started) == 0 {
+		return s, nil
+	}
+	var endpoints []string
+	for _, p := range started {
+		endpoints = append(endpoints, t.endpoint(p))
+	}
+	var cfg *tls.Config
+	if t.clientScheme == "https" {
+		cfg = t.tls
+	}
+	cl, err := dial(ctx, endpoints, cfg)
+	if err != nil {
+		s.decision.Message += fmt.Sprintf(" (etcd: %v)", err)
+		return s, nil
+	}
+	defer cl.Close()
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	list, err := cl.MemberList(lctx)
+	if err != nil {
+		s.decision.Message += fmt.Sprintf(" (etcd: %v)", err)
+		return s, nil
+	}
+	s.obs.Members = []peerswitch.Member{}
+	for _, m := range list.Members {
+		s.obs.Members = append(s.obs.Members, peerswitch.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs})
+	}
+	s.decision = peerswitch.Decide(s.obs)
+	return s, nil
+}
+
+// peerListeners reads what the etcd container of a pod spec serves on its peer side, from
+// --listen-peer-urls; ok is false when the spec has no etcd container with peer URLs.
+func peerListeners(ps *corev1.PodSpec, peerPort int32) (peerswitch.Listeners, bool) {
+	for _, ctr := range ps.Containers {
+		if ctr.Name != "etcd" {
+			continue
+		}
+		for _, a := range ctr.Args {
+			if v, ok := strings.CutPrefix(a, "--listen-peer-urls="); ok {
+				return peerswitch.FromURLs(strings.Split(v, ","), peerPort), true
+			}
+		}
+	}
+	return peerswitch.Listeners{}, false
+}
+
+// secretVolume is the Secret of the pod spec's volume name, "" when there is none.
+func secretVolume(ps *corev1.PodSpec, name string) string {
+	for _, v := range ps.Volumes {
+		if v.Name == name && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
+// peerStep proposes the peer switch's next URL move when no other step is under way (a is
+// None): the member's URL moves to the destination the planner named, on the member's own
+// host.
+func peerStep(t topology, ps *peerSwitch, a plan.Step) plan.Step {
+	if a.Kind != plan.None || ps == nil || ps.decision.Update == nil {
+		return a
+	}
+	u := ps.decision.Update
+	if len(u.From) == 0 {
+		return a
+	}
+	to, err := peerswitch.MovedURL(u.From[0], u.To, t.peerPort, t.peerTransitionPort)
+	if err != nil {
+		return plan.Step{Kind: plan.Wait, Member: u.Member, Reason: v1alpha1.ReasonSwitchingPeerTLS, Message: err.Error()}
+	}
+	return plan.Step{Kind: plan.UpdatePeerURL, Member: u.Member, ID: u.ID, PeerURL: to, Reason: v1alpha1.ReasonSwitchingPeerTLS,
+		Message: fmt.Sprintf("moving the peer URL of %s from %s to %s: %s", u.Member, strings.Join(u.From, ","), to, ps.decision.Message)}
+}
+
+// askPeer asks the member at peer URL u for etcd's member list on its peer port (the peer
+// handler's /members, over TLS with the members' own peer certificate for https) and returns
+// "" when it answered with this cluster's ID, else what went wrong.
+func (r *EtcdClusterReconciler) askPeer(ctx context.Context, c *v1alpha1.EtcdCluster, u string, clusterID uint64, secret string) string {
+	tr := &http.Transport{DisableKeepAlives: true}
+	if strings.HasPrefix(u, "https://") {
+		if secret == "" {
+			return "no peer certificate to present"
+		}
+		s := &corev1.Secret{}
+		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: secret}, s); err != nil {
+			return fmt.Sprintf("failed to read the peer Secret %s: %v", secret, err)
+		}
+		pair, err := tls.X509KeyPair(s.Data[certs.CertKey], s.Data[certs.KeyKey])
+		if err != nil {
+			return fmt.Sprintf("the peer Secret %s holds no usable key pair: %v", secret, err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(s.Data[certs.CAKey])
+		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	hc := &http.Client{Transport: tr, Timeout: r.EtcdTimeout}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(u, "/")+"/members", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "GET /members: " + resp.Status
+	}
+	id, err := strconv.ParseUint(resp.Header.Get("X-Etcd-Cluster-ID"), 16, 64)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the answer names no cluster ID (%q)", resp.Header.Get("X-Etcd-Cluster-ID"))
+	case id != clusterID:
+		return fmt.Sprintf("the answer is from cluster %s, not %s", etcd.FormatID(id), etcd.FormatID(clusterID))
+	}
+	return ""
+}
+
+// secret is the peer Secret the operator presents when it asks a member at a TLS peer URL:
+// the spec's, or the live template's once tls.peer is gone.
+func (s *peerSwitch) secret(c *v1alpha1.EtcdCluster) string {
+	if t := c.Spec.TLS; t != nil && t.Peer != nil {
+		if t.Peer.Source == v1alpha1.TLSSourceSecret {
+			return t.Peer.SecretName
+		}
+		return v1alpha1.PeerTLSSecretName(c.Name)
+	}
+	return s.liveSecret
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+)
+
+// servesPeer waits until the peer side of every member is scheme (http or https) and nothing
+// else, read from outside the operator: every member pod is ready and its etcd listens on the
+// peer port only with that scheme (its arguments), etcd's member list has every member's one
+// peer URL on that scheme and the peer port, the operator reports no switch, and a member's
+// peer port answers that scheme and refuses the other.
+func servesPeer(t *testing.T, ns, scheme string) {
+	t.Helper()
+	eventually(t, 6*time.Minute, "every member to serve "+scheme+" on its peer port only", func() error {
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+			return err
+		}
+		if len(pods.Items) != 3 {
+			return fmt.Errorf("%d member pods", len(pods.Items))
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || !podReady(&p) {
+				return fmt.Errorf("pod %s is not ready", p.Name)
+			}
+			for _, a := range p.Spec.Containers[0].Args {
+				if v, ok := strings.CutPrefix(a, "--listen-peer-urls="); ok && v != scheme+"://$(POD_IP):2380" {
+					return fmt.Errorf("pod %s listens on %s", p.Name, v)
+				}
+			}
+		}
+		cli := etcdClient(t, ns, 3)
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ml, err := cli.MemberList(ctx)
+		if err != nil {
+			return err
+		}
+		if len(ml.Members) != 3 {
+			return fmt.Errorf("%d members", len(ml.Members))
+		}
+		for _, m := range ml.Members {
+			want := fmt.Sprintf("%s://%s.etcd.%s.svc.cluster.local:2380", scheme, m.Name, ns)
+			if len(m.PeerURLs) != 1 || m.PeerURLs[0] != want {
+				return fmt.Errorf("member %s has peer URLs %v, want %s", m.Name, m.PeerURLs, want)
+			}
+		}
+		if c := getCluster(t, ns); c.Status.TLSTransition != nil {
+			return fmt.Errorf("the operator reports a switch: %+v", c.Status.TLSTransition.Peer)
+		}
+		return nil
+	})
+	peerHost := fmt.Sprintf("etcd-1.etcd.%s.svc.cluster.local:2380", ns)
+	if scheme == "https" {
+		if _, err := peerGet(t, ns, "http://"+peerHost); err == nil {
+			t.Fatalf("the peer port answered plain HTTP with TLS on")
+		}
+		id, err := peerGet(t, ns, "https://"+peerHost)
+		if err != nil {
+			t.Fatalf("the peer port did not answer TLS with the peer certificate: %v", err)
+		}
+		t.Logf("the peer port of etcd-1 answers TLS (cluster %s) and refuses plain HTTP", id)
+		return
+	}
+	id, err := peerGet(t, ns, "http://"+peerHost)
+	if err != nil {
+		t.Fatalf("the peer port did not answer plain HTTP with TLS off: %v", err)
+	}
+	if _, err := peerGet(t, ns, "https://"+peerHost); err == nil {
+		t.Fatalf("the peer port answered TLS with TLS off")
+	}
+	t.Logf("the peer port of etcd-1 answers plain HTTP (cluster %s) and refuses TLS", id)
+}
+
+// peerGet asks etcd's peer handler at base for /members (over TLS with the cluster's peer
+// certificate for https) and returns the cluster ID it answers with.
+func peerGet(t *testing.T, ns, base string) (string, error) {
+	tr := &http.Transport{DisableKeepAlives: true}
+	if strings.HasPrefix(base, "https://") {
+		s := getSecret(t, ns, v1alpha1.PeerTLSSecretName("etcd"))
+		pair, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(s.Data["ca.crt"])
+		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	resp, err := hc.Get(base + "/members")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /members: %s", resp.Status)
+	}
+	return resp.Header.Get("X-Etcd-Cluster-ID"), nil
+}
+
+// setPeerTLS adds (on) or removes spec.tls.peer and returns when the change was stored.
+func setPeerTLS(t *testing.T, ns string, on bool) {
+	t.Helper()
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	if on {
+		c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}}
+	} else {
+		c.Spec.TLS = nil
+	}
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPeerTLSSwitchUnderWrites turns peer TLS on and off on a live 3-member cluster while a
+// client writes and the sampler checks quorum from etcd: the members' peer URLs in etcd's
+// member list move to TLS and back, each member's peer port serves the scheme of its URL, no
+// acknowledged write is lost, quorum never lacks, and leadership changes at most once per
+// restart round (three rounds each way).
+func TestPeerTLSSwitchUnderWrites(t *testing.T) {
+	ns := namespace(t)
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3))})
+	s := startSampler(t, ns)
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+
+	start := time.Now()
+	setPeerTLS(t, ns, true)
+	servesPeer(t, ns, "https")
+	on := time.Since(start)
+	onTerms := w.termChanges()
+	w.waitAcked(t, 20)
+
+	start = time.Now()
+	setPeerTLS(t, ns, false)
+	servesPeer(t, ns, "http")
+	off := time.Since(start)
+	w.waitAcked(t, 20)
+	res := s.finish(t)
+	w.finish(t, ns, 3)
+
+	t.Logf("plain -> TLS on the peer side: %s; TLS -> plain: %s", on.Round(100*time.Millisecond), off.Round(100*time.Millisecond))
+	t.Logf("longest write gap %s, %d raft term changes (%d while turning TLS on), fewest healthy voters %d of %d, %d single-sample dips",
+		w.longestGap().Round(time.Millisecond), w.termChanges(), onTerms, res.FewestHealthyVoters, res.VotersThen, res.Dips)
+	if n := w.termChanges(); n > 6 {
+		t.Errorf("%d leader changes over six restart rounds, want at most one per round", n)
+	}
+}
+
+// TestPeerTLSSwitchOperatorKilledBetweenSteps turns peer TLS on with the operator killed right
+// after every peer URL it moves, and off again with the operator killed after every
+// leadership hand-over: the phase is derived again from the pods and etcd's member list after
+// each restart of the operator, so both switches complete with quorum held and no
+// acknowledged write lost.
+func TestPeerTLSSwitchOperatorKilledBetweenSteps(t *testing.T) {
+	ns := namespace(t)
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3))})
+	t.Cleanup(func() { restartOperator(t, "") })
+	s := startSampler(t, ns)
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+	for _, r := range []struct {
+		fault  string
+		on     bool
+		scheme string
+	}{
+		{"UpdatePeerURL", true, "https"},
+		{"MoveLeader", false, "http"},
+	} {
+		restartOperator(t, r.fault)
+		start := time.Now()
+		setPeerTLS(t, ns, r.on)
+		servesPeer(t, ns, r.scheme)
+		crashes := operatorCrashes(t)
+		if crashes == 0 {
+			t.Fatalf("the switch to %s never reached the fault point after %s", r.scheme, r.fault)
+		}
+		t.Logf("peer side switched to %s in %s with the operator killed %d times after %s", r.scheme, time.Since(start).Round(100*time.Millisecond), crashes, r.fault)
+		w.waitAcked(t, 20)
+	}
+	res := s.finish(t)
+	w.finish(t, ns, 3)
+	t.Logf("longest write gap %s, %d raft term changes, fewest healthy voters %d of %d", w.longestGap().Round(time.Millisecond), w.termChanges(), res.FewestHealthyVoters, res.VotersThen)
+}
