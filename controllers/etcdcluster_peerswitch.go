@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -192,9 +194,14 @@ func peerStep(t topology, ps *peerSwitch, a plan.Step) plan.Step {
 		Message: fmt.Sprintf("moving the peer URL of %s from %s to %s: %s", u.Member, strings.Join(u.From, ","), to, ps.decision.Message)}
 }
 
-// askPeer asks the member at peer URL u for etcd's member list on its peer port (the peer
-// handler's /members, over TLS with the members' own peer certificate for https) and returns
-// "" when it answered with this cluster's ID, else what went wrong.
+// askPeer asks the member at peer URL u whether it serves that URL, and returns "" when it
+// does, else what went wrong. Over plain HTTP, and over TLS when the operator keeps the CA
+// (source Operator), it asks etcd's peer handler for /members and checks that the answer
+// carries this cluster's ID. etcd refuses a TLS client whose certificate names hosts that
+// its address does not resolve to, so the operator presents a certificate it issues for the
+// question, without names. With the user's or cert-manager's certificates (no CA key) the
+// evidence is the TLS handshake: the listener serves a certificate of the peer CA for the
+// member's name and accepts the members' peer certificate.
 func (r *EtcdClusterReconciler) askPeer(ctx context.Context, c *v1alpha1.EtcdCluster, u string, clusterID uint64, secret string) string {
 	tr := &http.Transport{DisableKeepAlives: true}
 	if strings.HasPrefix(u, "https://") {
@@ -205,13 +212,17 @@ func (r *EtcdClusterReconciler) askPeer(ctx context.Context, c *v1alpha1.EtcdClu
 		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: secret}, s); err != nil {
 			return fmt.Sprintf("failed to read the peer Secret %s: %v", secret, err)
 		}
-		pair, err := tls.X509KeyPair(s.Data[certs.CertKey], s.Data[certs.KeyKey])
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(s.Data[certs.CAKey])
+		pair, named := r.peerQuestionCert(ctx, c, s)
+		cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 		if err != nil {
 			return fmt.Sprintf("the peer Secret %s holds no usable key pair: %v", secret, err)
 		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(s.Data[certs.CAKey])
-		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if named {
+			return handshake(ctx, u, tr.TLSClientConfig)
+		}
 	}
 	hc := &http.Client{Transport: tr, Timeout: r.EtcdTimeout}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(u, "/")+"/members", nil)
@@ -234,6 +245,56 @@ func (r *EtcdClusterReconciler) askPeer(ctx context.Context, c *v1alpha1.EtcdClu
 	case id != clusterID:
 		return fmt.Sprintf("the answer is from cluster %s, not %s", etcd.FormatID(id), etcd.FormatID(clusterID))
 	}
+	return ""
+}
+
+// peerQuestionCert is the client certificate askPeer presents on a TLS peer port: one without
+// names, issued now by the cluster's CA when the operator keeps it and the peer bundle
+// trusts it (named false), else the members' own peer certificate (named true).
+func (r *EtcdClusterReconciler) peerQuestionCert(ctx context.Context, c *v1alpha1.EtcdCluster, peer *corev1.Secret) (certs.KeyPair, bool) {
+	own := certs.KeyPair{Cert: peer.Data[certs.CertKey], Key: peer.Data[certs.KeyKey]}
+	ca := &corev1.Secret{}
+	if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: v1alpha1.CASecretName(c.Name)}, ca); err != nil {
+		return own, true
+	}
+	caCert, err := certs.Parse(ca.Data[certs.CertKey])
+	if err != nil {
+		return own, true
+	}
+	trusted := false
+	if all, err := certs.ParseAll(peer.Data[certs.CAKey]); err == nil {
+		for _, b := range all {
+			trusted = trusted || b.Equal(caCert)
+		}
+	}
+	if !trusted {
+		return own, true
+	}
+	pair, err := certs.Issue(certs.KeyPair{Cert: ca.Data[certs.CertKey], Key: ca.Data[certs.KeyKey]},
+		certs.Request{CommonName: OperatorCommonName, Client: true, Validity: 10 * time.Minute}, time.Now())
+	if err != nil {
+		return own, true
+	}
+	return pair, false
+}
+
+// handshake completes a TLS handshake with the peer listener at u, verifying its certificate
+// against cfg's roots for u's host.
+func handshake(ctx context.Context, u string, cfg *tls.Config) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return err.Error()
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName = pu.Hostname()
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
+	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(hctx, "tcp", pu.Host)
+	if err != nil {
+		return err.Error()
+	}
+	_ = conn.Close()
 	return ""
 }
 
