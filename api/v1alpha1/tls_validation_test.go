@@ -69,8 +69,9 @@ func TestTLSAdmission(t *testing.T) {
 		update  func(*v1alpha1.EtcdClusterSpec)
 		wantErr []string
 	}{
-		{name: "peer TLS added refused", update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}} },
-			wantErr: []string{"tls.peer cannot be added or removed"}},
+		{name: "peer TLS added to a live cluster accepted (the operator moves the peer URLs)", update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}} }},
+		{name: "peer TLS removed from a live cluster accepted", create: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}},
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }},
 		{name: "client TLS removed without acceptPlain refused", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}},
 			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{"tls.client can be removed only from acceptPlain: true"}},
 		{name: "client TLS removed from acceptPlain accepted", create: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}},
