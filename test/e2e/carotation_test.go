@@ -114,27 +114,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Minute, "the CA rotation to finish", func() error {
-		sec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
-		if string(sec.Data["tls.crt"]) == string(oldCA) || !certs.SameBundle(sec.Data["ca.crt"], sec.Data["tls.crt"]) || sec.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" {
-			return fmt.Errorf("CA Secret at generation %s, next CA present %v", sec.Annotations[v1alpha1.AnnotationTrustGeneration], len(sec.Data["next.crt"]) > 0)
-		}
-		c := getCluster(t, ns)
-		p := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
-		if c.Status.CARotation != "" || p == nil || p.Status != metav1.ConditionFalse || c.Status.TrustGeneration != 2 {
-			return fmt.Errorf("status: rotation %q, trust generation %d, progressing %+v", c.Status.CARotation, c.Status.TrustGeneration, p)
-		}
-		pods := &corev1.PodList{}
-		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if p.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" || !podReady(&p) {
-				return fmt.Errorf("pod %s on trust generation %q, ready %v", p.Name, p.Annotations[v1alpha1.AnnotationTrustGeneration], podReady(&p))
-			}
-		}
-		return nil
-	})
+	waitCARotated(t, ns, oldCA)
 	took := time.Since(start)
 	w.waitAcked(t, 50)
 
@@ -170,4 +150,32 @@ func TestCARotationUnderWrites(t *testing.T) {
 	if w.termChanges() > 2 {
 		t.Errorf("%d leader changes in two restart rounds, want at most one per round", w.termChanges())
 	}
+}
+
+// waitCARotated waits until the CA rotation that replaces oldCA has finished: the CA Secret
+// holds a new CA alone at trust generation 2, status says no rotation runs, and every member
+// pod is ready on generation 2.
+func waitCARotated(t testing.TB, ns string, oldCA []byte) {
+	t.Helper()
+	eventually(t, 5*time.Minute, "the CA rotation to finish", func() error {
+		sec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
+		if string(sec.Data["tls.crt"]) == string(oldCA) || !certs.SameBundle(sec.Data["ca.crt"], sec.Data["tls.crt"]) || sec.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" {
+			return fmt.Errorf("CA Secret at generation %s, next CA present %v", sec.Annotations[v1alpha1.AnnotationTrustGeneration], len(sec.Data["next.crt"]) > 0)
+		}
+		c := getCluster(t, ns)
+		p := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
+		if c.Status.CARotation != "" || p == nil || p.Status != metav1.ConditionFalse || c.Status.TrustGeneration != 2 {
+			return fmt.Errorf("status: rotation %q, trust generation %d, progressing %+v", c.Status.CARotation, c.Status.TrustGeneration, p)
+		}
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" || !podReady(&p) {
+				return fmt.Errorf("pod %s on trust generation %q, ready %v", p.Name, p.Annotations[v1alpha1.AnnotationTrustGeneration], podReady(&p))
+			}
+		}
+		return nil
+	})
 }

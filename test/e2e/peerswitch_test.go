@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // peer port only with that scheme (its arguments), etcd's member list has every member's one
 // peer URL on that scheme and the peer port, the operator reports no switch, and a member's
 // peer port answers that scheme and refuses the other.
-func servesPeer(t *testing.T, ns, scheme string) {
+func servesPeer(t testing.TB, ns, scheme string) {
 	t.Helper()
 	eventually(t, 6*time.Minute, "every member to serve "+scheme+" on its peer port only", func() error {
 		pods := &corev1.PodList{}
@@ -65,7 +66,7 @@ func servesPeer(t *testing.T, ns, scheme string) {
 		}
 		return nil
 	})
-	peerHost := fmt.Sprintf("etcd-1.etcd.%s.svc.cluster.local:2380", ns)
+	peerHost := fmt.Sprintf("etcd-1.etcd.%s.svc:2380", ns)
 	if scheme == "https" {
 		if _, err := peerGet(t, ns, "http://"+peerHost); err == nil {
 			t.Fatalf("the peer port answered plain HTTP with TLS on")
@@ -89,8 +90,9 @@ func servesPeer(t *testing.T, ns, scheme string) {
 
 // peerGet asks etcd's peer handler at base for /members (over TLS with the cluster's peer
 // certificate for https) and returns the cluster ID it answers with.
-func peerGet(t *testing.T, ns, base string) (string, error) {
-	tr := &http.Transport{DisableKeepAlives: true}
+func peerGet(t testing.TB, ns, base string) (string, error) {
+	// The test resolves pod names through the local cluster's name view, as etcdClient does.
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialName(ctx, addr) }}
 	if strings.HasPrefix(base, "https://") {
 		s := getSecret(t, ns, v1alpha1.PeerTLSSecretName("etcd"))
 		pair, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
@@ -115,14 +117,14 @@ func peerGet(t *testing.T, ns, base string) (string, error) {
 }
 
 // setPeerTLS adds (on) or removes spec.tls.peer and returns when the change was stored.
-func setPeerTLS(t *testing.T, ns string, on bool) {
+func setPeerTLS(t testing.TB, ns string, on bool) {
 	t.Helper()
 	c := getCluster(t, ns)
 	patch := client.MergeFrom(c.DeepCopy())
 	if on {
 		// The local cluster's processes connect from 127.0.0.1, which etcd's peer listener
 		// checks against the peer certificate's names (see the README's TLS section).
-		c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, ExtraSANs: []string{"127.0.0.1"}}
+		c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, ExtraSANs: localSANs}
 	} else {
 		c.Spec.TLS = nil
 	}

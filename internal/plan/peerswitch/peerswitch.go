@@ -155,7 +155,8 @@ type Decision struct {
 	// Render is what the pod template serves after this pass.
 	Render Listeners
 	// Advertise is the URL kind a member started on this template advertises (a member that
-	// joins is added with it): the destination of the URLs that are moving.
+	// joins is added with it): the destination of the URLs that are moving once every member
+	// pod serves it, their source until then, so that every member pod can reach a joiner.
 	Advertise Kind
 	// Update is the member whose URL moves in this pass, nil when none.
 	Update *Update
@@ -230,10 +231,10 @@ func Decide(o Observation) Decision {
 	for s := range transitionSchemes {
 		d.Render.Transition = s
 	}
-	movers, dest := onTransition, goal
+	movers, dest, source := onTransition, goal, Kind{Scheme: d.Render.Transition, Transition: true}
 	if len(wrong) > 0 {
 		d.Render.Main = other(o.Target)
-		movers, dest = wrong, Kind{Scheme: d.Render.Transition, Transition: true}
+		movers, dest, source = wrong, Kind{Scheme: d.Render.Transition, Transition: true}, Kind{Scheme: d.Render.Main}
 	}
 	d.Advertise = dest
 	var slow []string
@@ -249,6 +250,9 @@ func Decide(o Observation) Decision {
 	sort.Slice(movers, func(i, j int) bool { return nameOr(movers[i]) < nameOr(movers[j]) })
 	switch {
 	case len(slow) > 0:
+		// A member that joins now is reached at its URL by every member pod, also by those
+		// that do not serve (and may not have the certificate for) the destination yet.
+		d.Advertise = source
 		d.Message = fmt.Sprintf("%d peer URLs move to %s once every member serves it; %s do not yet (the template serves %s)",
 			len(movers), dest, strings.Join(slow, ", "), d.Render)
 	case movers[0].Name == "":

@@ -66,9 +66,9 @@ func TestDecide(t *testing.T) {
 		{name: "TLS asked: the member list is read first", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain)},
 			render: plain, advertise: httpMain, need: true, switching: true},
 		{name: "TLS asked: round 1 adds the TLS transition listener", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain), Members: members(httpMain, httpMain, httpMain)},
-			render: a, advertise: httpsTr, switching: true, msgContain: "do not yet"},
+			render: a, advertise: httpMain, switching: true, msgContain: "do not yet"},
 		{name: "round 1 half done: no URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, plain, a), Members: members(httpMain, httpMain, httpMain)},
-			render: a, advertise: httpsTr, switching: true, msgContain: "etcd-1 do not yet"},
+			render: a, advertise: httpMain, switching: true, msgContain: "etcd-1 do not yet"},
 		{name: "round 1 done: the first URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a, a), Members: members(httpMain, httpMain, httpMain)},
 			render: a, advertise: httpsTr, update: "etcd-0->https on the transition port", switching: true},
 		{name: "a pod being re-created holds the URLs", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a), Members: members(httpMain, httpsTr, httpMain)},
@@ -76,7 +76,7 @@ func TestDecide(t *testing.T) {
 		{name: "the next URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a, a), Members: members(httpsTr, httpMain, httpMain)},
 			render: a, advertise: httpsTr, update: "etcd-1->https on the transition port", switching: true},
 		{name: "all on the transition port: round 2 serves TLS on the peer port", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a, a), Members: members(httpsTr, httpsTr, httpsTr)},
-			render: b, advertise: httpsMain, switching: true, msgContain: "do not yet"},
+			render: b, advertise: httpsTr, switching: true, msgContain: "do not yet"},
 		{name: "round 2 done: URLs move back to the peer port", o: Observation{Target: HTTPS, Template: &b, Pods: pods(b, b, b), Members: members(httpsMain, httpsTr, httpsTr)},
 			render: b, advertise: httpsMain, update: "etcd-1->https on the peer port", switching: true},
 		{name: "all URLs TLS on the peer port: round 3 drops the transition listener", o: Observation{Target: HTTPS, Template: &b, Pods: pods(b, b, b), Members: members(httpsMain, httpsMain, httpsMain)},
@@ -84,11 +84,11 @@ func TestDecide(t *testing.T) {
 		{name: "round 3 half done", o: Observation{Target: HTTPS, Template: &tlsOnly, Pods: pods(tlsOnly, b, tlsOnly), Members: members(httpsMain, httpsMain, httpsMain)},
 			render: tlsOnly, advertise: httpsMain, switching: true},
 		{name: "TLS removed: round 1 adds a plain transition listener", o: Observation{Target: HTTP, Template: &tlsOnly, Pods: pods(tlsOnly, tlsOnly, tlsOnly), Members: members(httpsMain, httpsMain, httpsMain)},
-			render: ra, advertise: httpTr, switching: true},
+			render: ra, advertise: httpsMain, switching: true},
 		{name: "TLS removed: URLs move to plain on the transition port", o: Observation{Target: HTTP, Template: &ra, Pods: pods(ra, ra, ra), Members: members(httpsMain, httpsMain, httpsMain)},
 			render: ra, advertise: httpTr, update: "etcd-0->http on the transition port", switching: true},
 		{name: "TLS removed: round 2", o: Observation{Target: HTTP, Template: &ra, Pods: pods(ra, ra, ra), Members: members(httpTr, httpTr, httpTr)},
-			render: rb, advertise: httpMain, switching: true},
+			render: rb, advertise: httpTr, switching: true},
 		{name: "TLS removed: back to the peer port", o: Observation{Target: HTTP, Template: &rb, Pods: pods(rb, rb, rb), Members: members(httpTr, httpMain, httpTr)},
 			render: rb, advertise: httpMain, update: "etcd-0->http on the peer port", switching: true},
 		{name: "target flipped back in round 1's URL moves: URLs go straight back", o: Observation{Target: HTTP, Template: &a, Pods: pods(a, a, a), Members: members(httpsTr, httpMain, httpMain)},
@@ -200,7 +200,13 @@ func TestSimulatedSwitches(t *testing.T) {
 			if why := w.check(); why != "" {
 				t.Fatalf("seed %d: after rendering %v: %s; trace %s", seed, d.Render, why, strings.Join(trace, "; "))
 			}
-			if d.Update != nil {
+			if len(w.urls) < 7 && rng.Intn(15) == 0 {
+				// A member joins (a scale-out or a replacement): added with the advertised URL,
+				// its pod started from the template.
+				w.urls = append(w.urls, d.Advertise)
+				w.pods = append(w.pods, w.template)
+				trace = append(trace, fmt.Sprintf("join %d at %v", len(w.urls)-1, d.Advertise))
+			} else if d.Update != nil {
 				var k int
 				fmt.Sscanf(d.Update.Member, "etcd-%d", &k)
 				w.urls[k] = d.Update.To
