@@ -253,7 +253,7 @@ func Decide(o Observation) Decision {
 		// A member that joins now is reached at its URL by every member pod, also by those
 		// that do not serve (and may not have the certificate for) the destination yet.
 		d.Advertise = source
-		d.Message = fmt.Sprintf("%d peer URLs move to %s once every member serves it; %s do not yet (the template serves %s)",
+		d.Message = fmt.Sprintf("%d peer URLs move to %s once every member pod serves it; not yet: %s (the template serves %s)",
 			len(movers), dest, strings.Join(slow, ", "), d.Render)
 	case movers[0].Name == "":
 		d.Message = fmt.Sprintf("member %s has not started yet; its peer URL moves to %s once it has", nameOr(movers[0]), dest)
