@@ -109,9 +109,9 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 	t := topology{
 		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
 		peerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
-		peerPort: 2380, peerTransitionPort: 2382,
-		selector:        labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
-		clientScheme:    "http", clientService: c.Name + "-client", clusterDomain: "cluster.local",
+		peerPort:        2380, peerTransitionPort: 2382,
+		selector:     labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
+		clientScheme: "http", clientService: c.Name + "-client", clusterDomain: "cluster.local",
 		domainSuffix: fmt.Sprintf("%s.%s.svc.cluster.local", c.Name, c.Namespace),
 	}
 	if clientTLSEnabled(c) {
