@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -79,26 +80,40 @@ func (s peerSwitch) status() *v1alpha1.PeerTLSTransition {
 // them).
 func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t topology) (peerSwitch, error) {
 	s := peerSwitch{obs: peerswitch.Observation{Target: peerTarget(c), PeerPort: t.peerPort}}
-	sts := &appsv1.StatefulSet{}
-	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
-	switch {
-	case apierrors.IsNotFound(err):
-		s.decision = peerswitch.Decide(s.obs)
-		return s, nil
-	case err != nil:
-		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
-	}
-	tmpl, ok := peerListeners(&sts.Spec.Template.Spec, t.peerPort)
-	if !ok {
-		// A template the chart did not render (no etcd container): render the target.
-		tmpl = peerswitch.Listeners{Main: s.obs.Target}
-	}
-	s.obs.Template = &tmpl
-	s.liveSecret = secretVolume(&sts.Spec.Template.Spec, "peer-tls")
 	pods := &corev1.PodList{}
 	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
 		return s, fmt.Errorf("failed to list member pods: %w", err)
 	}
+	sts := &appsv1.StatefulSet{}
+	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	var tmpl peerswitch.Listeners
+	switch {
+	case apierrors.IsNotFound(err):
+		// Nothing runs: the target. A StatefulSet deleted with its pods left running (an
+		// orphaning delete) is not nothing: the pod of the lowest ordinal stands for the
+		// template until one is applied again, and the member list decides.
+		sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+		for i := range pods.Items {
+			if l, ok := peerListeners(&pods.Items[i].Spec, t.peerPort); ok {
+				tmpl, s.liveSecret = l, secretVolume(&pods.Items[i].Spec, "peer-tls")
+				break
+			}
+		}
+		if tmpl == (peerswitch.Listeners{}) {
+			s.decision = peerswitch.Decide(s.obs)
+			return s, nil
+		}
+	case err != nil:
+		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+	default:
+		var ok bool
+		if tmpl, ok = peerListeners(&sts.Spec.Template.Spec, t.peerPort); !ok {
+			// A template the chart did not render (no etcd container): render the target.
+			tmpl = peerswitch.Listeners{Main: s.obs.Target}
+		}
+		s.liveSecret = secretVolume(&sts.Spec.Template.Spec, "peer-tls")
+	}
+	s.obs.Template = &tmpl
 	var started []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -212,6 +227,9 @@ func (r *EtcdClusterReconciler) askPeer(ctx context.Context, c *v1alpha1.EtcdClu
 		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: secret}, s); err != nil {
 			return fmt.Sprintf("failed to read the peer Secret %s: %v", secret, err)
 		}
+		if why := r.peerCertRefused(ctx, c, s); why != "" {
+			return why
+		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(s.Data[certs.CAKey])
 		pair, named := r.peerQuestionCert(ctx, c, s)
@@ -308,4 +326,101 @@ func (s *peerSwitch) secret(c *v1alpha1.EtcdCluster) string {
 		return v1alpha1.PeerTLSSecretName(c.Name)
 	}
 	return s.liveSecret
+}
+
+// skipPeerSANCheck reports whether the members run with etcd's
+// --peer-skip-client-san-verification (spec.etcd.extraArgs).
+func skipPeerSANCheck(c *v1alpha1.EtcdCluster) bool {
+	for _, k := range []string{"peer-skip-client-san-verification", "experimental-peer-skip-client-san-verification"} {
+		if v, ok := c.Spec.Etcd.ExtraArgs[k]; ok && v != "false" {
+			return true
+		}
+	}
+	return false
+}
+
+// peerCertRefused says why etcd would refuse the members' peer certificate in Secret s when
+// one member dials another over TLS, "" when it would not. A TLS peer listener checks, after
+// the handshake, that the dialing member's certificate names the address it connects from:
+// an IP address of the certificate, or a DNS name that the address resolves back to (a
+// wildcard matches by suffix) or that resolves to it. In a cluster members connect from
+// their pod IPs, so this runs etcd's check against every member pod's IP with this process's
+// resolver (the cluster's DNS). A URL moved to TLS while the check fails would cut the
+// member off from the others as soon as their connections are made anew.
+func (r *EtcdClusterReconciler) peerCertRefused(ctx context.Context, c *v1alpha1.EtcdCluster, s *corev1.Secret) string {
+	if skipPeerSANCheck(c) {
+		return ""
+	}
+	leaf, err := certs.Parse(s.Data[certs.CertKey])
+	if err != nil {
+		return fmt.Sprintf("the peer Secret %s holds no certificate: %v", s.Name, err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
+		return fmt.Sprintf("failed to list member pods: %v", err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.PodIP == "" || secretVolume(&p.Spec, "peer-tls") == "" {
+			continue
+		}
+		if why := sanCovers(ctx, net.DefaultResolver, leaf, p.Status.PodIP); why != "" {
+			return fmt.Sprintf("etcd would refuse the peer certificate of Secret %s from %s (%s): %s; add the name or address the pod IP resolves to in tls.extraSANs (or your certificate), or set peer-skip-client-san-verification in spec.etcd.extraArgs",
+				s.Name, p.Name, p.Status.PodIP, why)
+		}
+	}
+	return ""
+}
+
+// resolver is the part of net.Resolver that sanCovers uses.
+type resolver interface {
+	LookupAddr(ctx context.Context, addr string) ([]string, error)
+	LookupHost(ctx context.Context, host string) ([]string, error)
+}
+
+// sanCovers is etcd's check of a TLS peer's certificate against the address ip it connects
+// from (client/pkg/transport, checkCertSAN): "" when the certificate passes.
+func sanCovers(ctx context.Context, res resolver, cert *x509.Certificate, ip string) string {
+	if len(cert.IPAddresses) == 0 && len(cert.DNSNames) == 0 {
+		return ""
+	}
+	if len(cert.IPAddresses) > 0 && cert.VerifyHostname(ip) == nil {
+		return ""
+	}
+	if len(cert.DNSNames) == 0 {
+		return fmt.Sprintf("%s is none of its IP addresses %v", ip, cert.IPAddresses)
+	}
+	var wildcards, names []string
+	for _, d := range cert.DNSNames {
+		if strings.HasPrefix(d, "*.") {
+			wildcards = append(wildcards, d[1:])
+		} else {
+			names = append(names, d)
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	back, _ := res.LookupAddr(lctx, ip)
+	for _, n := range back {
+		n = strings.TrimSuffix(n, ".")
+		for _, wc := range wildcards {
+			if strings.HasSuffix(n, wc) {
+				return ""
+			}
+		}
+		for _, d := range names {
+			if d == n {
+				return ""
+			}
+		}
+	}
+	for _, d := range names {
+		addrs, _ := res.LookupHost(lctx, d)
+		for _, a := range addrs {
+			if a == ip {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("%s resolves back to %v, which none of its names %v covers", ip, back, cert.DNSNames)
 }

@@ -22,8 +22,8 @@ func stsArg(sts *appsv1.StatefulSet, name string) string {
 }
 
 // TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt: a live plain cluster given tls.peer is
-// rendered with a TLS transition listener beside the plain peer port, advertising it, while
-// the operator keeps its quorum; once every pod runs that template, the planner proposes to
+// rendered with a TLS transition listener beside the plain peer port (advertising the plain
+// URL until every pod serves TLS, then the TLS one), while the operator keeps its quorum; once every pod runs that template, the planner proposes to
 // move the first member's peer URL, and the safety gate refuses it because nothing answers at
 // the new URL (envtest runs no etcd): etcd's member list is never updated.
 func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
@@ -48,7 +48,9 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 		if got := stsArg(sts, "listen-peer-urls"); got != "http://$(POD_IP):2380,https://$(POD_IP):2382" {
 			return fmt.Errorf("listens on %s", got)
 		}
-		if got := stsArg(sts, "initial-advertise-peer-urls"); !strings.HasPrefix(got, "https://") || !strings.HasSuffix(got, ":2382") {
+		// Pods on the old template could not reach a member that joined at the TLS
+		// transition URL: a joiner is added at the plain URL until every pod serves TLS.
+		if got := stsArg(sts, "initial-advertise-peer-urls"); !strings.HasPrefix(got, "http://") || !strings.HasSuffix(got, ":2380") {
 			return fmt.Errorf("advertises %s", got)
 		}
 		if stsArg(sts, "peer-cert-file") == "" {
@@ -65,6 +67,16 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 	}
 
 	runPods(t, ns)
+	eventually(t, timeout, "the template to advertise the TLS transition URL", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := getObject(ns, "etcd", sts); err != nil {
+			return err
+		}
+		if got := stsArg(sts, "initial-advertise-peer-urls"); !strings.HasPrefix(got, "https://") || !strings.HasSuffix(got, ":2382") {
+			return fmt.Errorf("advertises %s", got)
+		}
+		return nil
+	})
 	eventually(t, timeout, "the gate to refuse the first URL move", func() error {
 		for _, cond := range getCluster(t, ns).Status.Conditions {
 			if strings.Contains(cond.Message, "PeerURLMovesToAnAnsweringListener") && strings.Contains(cond.Message, "https://etcd-0.") {

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 )
 
 // servesPeer waits until the peer side of every member is scheme (http or https) and nothing
@@ -199,6 +201,70 @@ func TestPeerTLSSwitchOperatorKilledBetweenSteps(t *testing.T) {
 		t.Logf("peer side switched to %s in %s with the operator killed %d times after %s", r.scheme, time.Since(start).Round(100*time.Millisecond), crashes, r.fault)
 		w.waitAcked(t, 20)
 	}
+	res := s.finish(t)
+	w.finish(t, ns, 3)
+	t.Logf("longest write gap %s, %d raft term changes, fewest healthy voters %d of %d", w.longestGap().Round(time.Millisecond), w.termChanges(), res.FewestHealthyVoters, res.VotersThen)
+}
+
+// TestPeerTLSSwitchStopsBeforeACertificateEtcdWouldRefuse gives a live plain cluster a peer
+// certificate (source Secret) whose names do not cover the addresses the members connect
+// from: etcd would accept its handshakes but refuse the peers after them, so a member whose
+// URL moved to TLS would be cut off once connections are made anew. The members restart onto
+// the transition listener, and then no peer URL moves: the operator says why, naming the
+// certificate and the member. Removing tls.peer again brings the members back to plain only,
+// with every write kept.
+func TestPeerTLSSwitchStopsBeforeACertificateEtcdWouldRefuse(t *testing.T) {
+	ns := namespace(t)
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3))})
+	s := startSampler(t, ns)
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+
+	ca, err := certs.NewCA("e2e peer CA", time.Now(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := certs.Issue(ca, certs.Request{CommonName: "peer", DNSNames: []string{"*.elsewhere.example"}, Server: true, Client: true, Validity: 24 * time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "misnamed-peer"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": leaf.Cert, "tls.key": leaf.Key, "ca.crt": ca.Cert}}
+	if err := k8s.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: sec.Name}}
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 4*time.Minute, "the operator to refuse the first peer URL move, naming the certificate", func() error {
+		for _, cond := range getCluster(t, ns).Status.Conditions {
+			if strings.Contains(cond.Message, "etcd would refuse the peer certificate of Secret misnamed-peer") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", getCluster(t, ns).Status.Conditions)
+	})
+	// Evidence from etcd: no peer URL moved.
+	cli := etcdClient(t, ns, 3)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ml.Members {
+		if len(m.PeerURLs) != 1 || !strings.HasPrefix(m.PeerURLs[0], "http://") || !strings.HasSuffix(m.PeerURLs[0], ":2380") {
+			t.Fatalf("member %s's peer URLs moved to %v", m.Name, m.PeerURLs)
+		}
+	}
+	w.waitAcked(t, 20)
+
+	setPeerTLS(t, ns, false)
+	servesPeer(t, ns, "http")
 	res := s.finish(t)
 	w.finish(t, ns, 3)
 	t.Logf("longest write gap %s, %d raft term changes, fewest healthy voters %d of %d", w.longestGap().Round(time.Millisecond), w.termChanges(), res.FewestHealthyVoters, res.VotersThen)
