@@ -278,6 +278,11 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			topo.peerURLTemplate, topo.peerPort, topo.peerTransitionPort = at.peerURLTemplate, at.peerPort, at.peerTransitionPort
 		}
 	}
+	if ps.decision.Switching {
+		// A member that joins during the switch is added at the URL every member pod can
+		// reach, which is not always the one the template advertises (see peerswitch.Join).
+		topo.peerURLTemplate = ps.joinURLTemplate(topo)
+	}
 	c.Status.TLSTransition = nil
 	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
 		c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{Client: st}

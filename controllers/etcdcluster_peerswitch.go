@@ -56,6 +56,17 @@ func (s peerSwitch) phase() *values.PeerPhase {
 		AdvertiseTransition: d.Advertise.Transition, LiveSecret: s.liveSecret}
 }
 
+// joinURLTemplate is the peer URL, with $(POD_NAME) in it, a member that joins now is added
+// with: the planner's Join kind on the member's DNS name.
+func (s peerSwitch) joinURLTemplate(t topology) string {
+	k := s.decision.Join
+	port := t.peerPort
+	if k.Transition {
+		port = t.peerTransitionPort
+	}
+	return fmt.Sprintf("%s://$(POD_NAME).%s:%d", k.Scheme, t.domainSuffix, port)
+}
+
 // status is status.tlsTransition's peer side, nil when no switch runs.
 func (s peerSwitch) status() *v1alpha1.PeerTLSTransition {
 	d := s.decision

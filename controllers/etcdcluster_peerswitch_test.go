@@ -22,8 +22,8 @@ func stsArg(sts *appsv1.StatefulSet, name string) string {
 }
 
 // TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt: a live plain cluster given tls.peer is
-// rendered with a TLS transition listener beside the plain peer port (advertising the plain
-// URL until every pod serves TLS, then the TLS one), while the operator keeps its quorum; once every pod runs that template, the planner proposes to
+// rendered with a TLS transition listener beside the plain peer port, advertising it, while
+// the operator keeps its quorum; once every pod runs that template, the planner proposes to
 // move the first member's peer URL, and the safety gate refuses it because nothing answers at
 // the new URL (envtest runs no etcd): etcd's member list is never updated.
 func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
@@ -48,9 +48,7 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 		if got := stsArg(sts, "listen-peer-urls"); got != "http://$(POD_IP):2380,https://$(POD_IP):2382" {
 			return fmt.Errorf("listens on %s", got)
 		}
-		// Pods on the old template could not reach a member that joined at the TLS
-		// transition URL: a joiner is added at the plain URL until every pod serves TLS.
-		if got := stsArg(sts, "initial-advertise-peer-urls"); !strings.HasPrefix(got, "http://") || !strings.HasSuffix(got, ":2380") {
+		if got := stsArg(sts, "initial-advertise-peer-urls"); !strings.HasPrefix(got, "https://") || !strings.HasSuffix(got, ":2382") {
 			return fmt.Errorf("advertises %s", got)
 		}
 		if stsArg(sts, "peer-cert-file") == "" {
@@ -66,17 +64,48 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 		t.Fatalf("the operator lost the members: %s", condition(c, v1alpha1.ConditionAvailable))
 	}
 
-	runPods(t, ns)
-	eventually(t, timeout, "the template to advertise the TLS transition URL", func() error {
-		sts := &appsv1.StatefulSet{}
-		if err := getObject(ns, "etcd", sts); err != nil {
+	// A member that joins now (a scale-out) is added at the plain URL: the pods still on the
+	// old template have no peer certificate to reach a TLS one.
+	c = getCluster(t, ns)
+	four := int32(4)
+	c.Spec.Replicas = &four
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "a learner added for the scale-out", func() error {
+		list, err := f.MemberList(context.Background())
+		if err != nil {
 			return err
 		}
-		if got := stsArg(sts, "initial-advertise-peer-urls"); !strings.HasPrefix(got, "https://") || !strings.HasSuffix(got, ":2382") {
-			return fmt.Errorf("advertises %s", got)
+		for _, m := range list.Members {
+			if m.IsLearner {
+				if len(m.PeerURLs) != 1 || !strings.HasPrefix(m.PeerURLs[0], "http://etcd-3.") || !strings.HasSuffix(m.PeerURLs[0], ":2380") {
+					return fmt.Errorf("learner added at %v, want the plain peer URL of etcd-3", m.PeerURLs)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no learner yet")
+	})
+	// Back to three, so the rest of the test has the three pods runPods makes.
+	c = getCluster(t, ns)
+	three := int32(3)
+	c.Spec.Replicas = &three
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "the learner removed again", func() error {
+		list, err := f.MemberList(context.Background())
+		if err != nil {
+			return err
+		}
+		if len(list.Members) != 3 {
+			return fmt.Errorf("%d members", len(list.Members))
 		}
 		return nil
 	})
+
+	runPods(t, ns)
 	eventually(t, timeout, "the gate to refuse the first URL move", func() error {
 		for _, cond := range getCluster(t, ns).Status.Conditions {
 			if strings.Contains(cond.Message, "PeerURLMovesToAnAnsweringListener") && strings.Contains(cond.Message, "https://etcd-0.") {

@@ -70,32 +70,36 @@ func servesPeer(t testing.TB, ns, scheme string) {
 	})
 	peerHost := fmt.Sprintf("etcd-1.etcd.%s.svc:2380", ns)
 	if scheme == "https" {
-		if _, err := peerGet(t, ns, "http://"+peerHost); err == nil {
+		if _, err := peerGet(t, ns, "http://"+peerHost, scheme == "https"); err == nil {
 			t.Fatalf("the peer port answered plain HTTP with TLS on")
 		}
-		id, err := peerGet(t, ns, "https://"+peerHost)
+		id, err := peerGet(t, ns, "https://"+peerHost, scheme == "https")
 		if err != nil {
 			t.Fatalf("the peer port did not answer TLS with the peer certificate: %v", err)
 		}
 		t.Logf("the peer port of etcd-1 answers TLS (cluster %s) and refuses plain HTTP", id)
 		return
 	}
-	id, err := peerGet(t, ns, "http://"+peerHost)
+	id, err := peerGet(t, ns, "http://"+peerHost, scheme == "https")
 	if err != nil {
 		t.Fatalf("the peer port did not answer plain HTTP with TLS off: %v", err)
 	}
-	if _, err := peerGet(t, ns, "https://"+peerHost); err == nil {
+	if _, err := peerGet(t, ns, "https://"+peerHost, scheme == "https"); err == nil {
 		t.Fatalf("the peer port answered TLS with TLS off")
 	}
 	t.Logf("the peer port of etcd-1 answers plain HTTP (cluster %s) and refuses TLS", id)
 }
 
-// peerGet asks etcd's peer handler at base for /members (over TLS with the cluster's peer
-// certificate for https) and returns the cluster ID it answers with.
-func peerGet(t testing.TB, ns, base string) (string, error) {
+// peerGet asks etcd's peer handler at base for /members and returns the cluster ID it
+// answers with. With tlsOn, an https base is asked with the cluster's peer certificate;
+// without, with none (a plain listener refuses any handshake).
+func peerGet(t testing.TB, ns, base string, tlsOn bool) (string, error) {
 	// The test resolves pod names through the local cluster's name view, as etcdClient does.
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialName(ctx, addr) }}
-	if strings.HasPrefix(base, "https://") {
+	if strings.HasPrefix(base, "https://") && !tlsOn {
+		// Any TLS handshake: a plain listener refuses it whatever is presented.
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // only to be refused
+	} else if strings.HasPrefix(base, "https://") {
 		s := getSecret(t, ns, v1alpha1.PeerTLSSecretName("etcd"))
 		pair, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
 		if err != nil {

@@ -154,10 +154,17 @@ type Update struct {
 type Decision struct {
 	// Render is what the pod template serves after this pass.
 	Render Listeners
-	// Advertise is the URL kind a member started on this template advertises (a member that
-	// joins is added with it): the destination of the URLs that are moving once every member
-	// pod serves it, their source until then, so that every member pod can reach a joiner.
+	// Advertise is the URL kind the pod template advertises: the destination of the URLs that
+	// are moving. etcd reads --initial-advertise-peer-urls only when a new cluster first
+	// forms, so it changes nothing for running members; it stays put for a whole stage so
+	// that the template changes once per stage.
 	Advertise Kind
+	// Join is the URL kind a member that joins now is added with (a scale-out, a
+	// replacement): the destination once every member pod serves it, the source of the
+	// moving URLs until then, so that every member pod can reach the joiner (pods on the
+	// previous template may have no peer certificate to dial a TLS destination). A joiner
+	// takes its own URL from --initial-cluster, which lists the member list's URLs.
+	Join Kind
 	// Update is the member whose URL moves in this pass, nil when none.
 	Update *Update
 	// NeedMembers is true when the decision needs etcd's member list and Members was nil:
@@ -183,16 +190,17 @@ func Decide(o Observation) Decision {
 	goal := Kind{Scheme: o.Target}
 	only := Listeners{Main: o.Target}
 	if o.Template == nil {
-		return Decision{Render: only, Advertise: goal}
+		return Decision{Render: only, Advertise: goal, Join: goal}
 	}
 	settled := *o.Template == only
 	for _, p := range o.Pods {
 		settled = settled && p.Serves == only
 	}
 	if settled {
-		return Decision{Render: only, Advertise: goal}
+		return Decision{Render: only, Advertise: goal, Join: goal}
 	}
 	hold := Decision{Render: *o.Template, Advertise: advertised(*o.Template, o.Target), Switching: true}
+	hold.Join = hold.Advertise
 	if o.Members == nil {
 		hold.NeedMembers = true
 		hold.Message = fmt.Sprintf("the pod template serves %s; reading etcd's member list before it moves to %s", o.Template, only)
@@ -223,7 +231,7 @@ func Decide(o Observation) Decision {
 	}
 	if len(wrong) == 0 && len(onTransition) == 0 {
 		// Every URL is the target: the transition listener goes (a last restart round).
-		d := Decision{Render: only, Advertise: goal, Switching: true}
+		d := Decision{Render: only, Advertise: goal, Join: goal, Switching: true}
 		d.Message = fmt.Sprintf("every member's peer URL is %s; %d of %d member pods serve only that", goal, countServing(o.Pods, only), len(o.Pods))
 		return d
 	}
@@ -236,7 +244,7 @@ func Decide(o Observation) Decision {
 		d.Render.Main = other(o.Target)
 		movers, dest, source = wrong, Kind{Scheme: d.Render.Transition, Transition: true}, Kind{Scheme: d.Render.Main}
 	}
-	d.Advertise = dest
+	d.Advertise, d.Join = dest, dest
 	var slow []string
 	for _, p := range o.Pods {
 		if !p.Serves.Serves(dest) {
@@ -250,9 +258,7 @@ func Decide(o Observation) Decision {
 	sort.Slice(movers, func(i, j int) bool { return nameOr(movers[i]) < nameOr(movers[j]) })
 	switch {
 	case len(slow) > 0:
-		// A member that joins now is reached at its URL by every member pod, also by those
-		// that do not serve (and may not have the certificate for) the destination yet.
-		d.Advertise = source
+		d.Join = source
 		d.Message = fmt.Sprintf("%d peer URLs move to %s once every member pod serves it; not yet: %s (the template serves %s)",
 			len(movers), dest, strings.Join(slow, ", "), d.Render)
 	case movers[0].Name == "":

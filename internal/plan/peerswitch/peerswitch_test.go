@@ -55,6 +55,7 @@ func TestDecide(t *testing.T) {
 		o          Observation
 		render     Listeners
 		advertise  Kind
+		join       Kind   // zero: the same as advertise
 		update     string // "member->kind"
 		need       bool
 		switching  bool
@@ -66,9 +67,9 @@ func TestDecide(t *testing.T) {
 		{name: "TLS asked: the member list is read first", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain)},
 			render: plain, advertise: httpMain, need: true, switching: true},
 		{name: "TLS asked: round 1 adds the TLS transition listener", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain), Members: members(httpMain, httpMain, httpMain)},
-			render: a, advertise: httpMain, switching: true, msgContain: "not yet"},
+			render: a, advertise: httpsTr, join: httpMain, switching: true, msgContain: "not yet"},
 		{name: "round 1 half done: no URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, plain, a), Members: members(httpMain, httpMain, httpMain)},
-			render: a, advertise: httpMain, switching: true, msgContain: "not yet: etcd-1 "},
+			render: a, advertise: httpsTr, join: httpMain, switching: true, msgContain: "not yet: etcd-1 "},
 		{name: "round 1 done: the first URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a, a), Members: members(httpMain, httpMain, httpMain)},
 			render: a, advertise: httpsTr, update: "etcd-0->https on the transition port", switching: true},
 		{name: "a pod being re-created holds the URLs", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a), Members: members(httpMain, httpsTr, httpMain)},
@@ -76,7 +77,7 @@ func TestDecide(t *testing.T) {
 		{name: "the next URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a, a), Members: members(httpsTr, httpMain, httpMain)},
 			render: a, advertise: httpsTr, update: "etcd-1->https on the transition port", switching: true},
 		{name: "all on the transition port: round 2 serves TLS on the peer port", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, a, a), Members: members(httpsTr, httpsTr, httpsTr)},
-			render: b, advertise: httpsTr, switching: true, msgContain: "not yet"},
+			render: b, advertise: httpsMain, join: httpsTr, switching: true, msgContain: "not yet"},
 		{name: "round 2 done: URLs move back to the peer port", o: Observation{Target: HTTPS, Template: &b, Pods: pods(b, b, b), Members: members(httpsMain, httpsTr, httpsTr)},
 			render: b, advertise: httpsMain, update: "etcd-1->https on the peer port", switching: true},
 		{name: "all URLs TLS on the peer port: round 3 drops the transition listener", o: Observation{Target: HTTPS, Template: &b, Pods: pods(b, b, b), Members: members(httpsMain, httpsMain, httpsMain)},
@@ -84,11 +85,11 @@ func TestDecide(t *testing.T) {
 		{name: "round 3 half done", o: Observation{Target: HTTPS, Template: &tlsOnly, Pods: pods(tlsOnly, b, tlsOnly), Members: members(httpsMain, httpsMain, httpsMain)},
 			render: tlsOnly, advertise: httpsMain, switching: true},
 		{name: "TLS removed: round 1 adds a plain transition listener", o: Observation{Target: HTTP, Template: &tlsOnly, Pods: pods(tlsOnly, tlsOnly, tlsOnly), Members: members(httpsMain, httpsMain, httpsMain)},
-			render: ra, advertise: httpsMain, switching: true},
+			render: ra, advertise: httpTr, join: httpsMain, switching: true},
 		{name: "TLS removed: URLs move to plain on the transition port", o: Observation{Target: HTTP, Template: &ra, Pods: pods(ra, ra, ra), Members: members(httpsMain, httpsMain, httpsMain)},
 			render: ra, advertise: httpTr, update: "etcd-0->http on the transition port", switching: true},
 		{name: "TLS removed: round 2", o: Observation{Target: HTTP, Template: &ra, Pods: pods(ra, ra, ra), Members: members(httpTr, httpTr, httpTr)},
-			render: rb, advertise: httpTr, switching: true},
+			render: rb, advertise: httpMain, join: httpTr, switching: true},
 		{name: "TLS removed: back to the peer port", o: Observation{Target: HTTP, Template: &rb, Pods: pods(rb, rb, rb), Members: members(httpTr, httpMain, httpTr)},
 			render: rb, advertise: httpMain, update: "etcd-0->http on the peer port", switching: true},
 		{name: "target flipped back in round 1's URL moves: URLs go straight back", o: Observation{Target: HTTP, Template: &a, Pods: pods(a, a, a), Members: members(httpsTr, httpMain, httpMain)},
@@ -120,6 +121,9 @@ func TestDecide(t *testing.T) {
 			}
 			if !strings.Contains(d.Message, tc.msgContain) {
 				t.Fatalf("message %q does not contain %q", d.Message, tc.msgContain)
+			}
+			if join := tc.join; join != d.Join && (join != (Kind{}) || d.Join != d.Advertise) {
+				t.Fatalf("join = %v, want %v (advertise %v)", d.Join, tc.join, d.Advertise)
 			}
 			if tc.switching && d.Message == "" {
 				t.Fatal("a switch without a message")
@@ -184,6 +188,13 @@ func TestSimulatedSwitches(t *testing.T) {
 		}
 		target := HTTPS
 		var trace []string
+		// Template changes (listeners or advertised URL) of the switch under way: each is a
+		// restart round, and a switch that is not turned around midway takes three.
+		type tmpl struct {
+			l Listeners
+			a Kind
+		}
+		last, changes, clean := tmpl{l: w.template, a: httpMain}, 0, true
 		for step := 0; ; step++ {
 			if step > 400 {
 				t.Fatalf("seed %d: no convergence: %s", seed, strings.Join(trace, "; "))
@@ -191,21 +202,25 @@ func TestSimulatedSwitches(t *testing.T) {
 			if rng.Intn(25) == 0 {
 				target = other(target)
 				trace = append(trace, "target "+target)
+				clean = false
 			}
 			d := Decide(w.observe(target, false))
 			if d.NeedMembers {
 				d = Decide(w.observe(target, true))
 			}
 			w.template = d.Render
+			if now := (tmpl{d.Render, d.Advertise}); now != last {
+				last, changes = now, changes+1
+			}
 			if why := w.check(); why != "" {
 				t.Fatalf("seed %d: after rendering %v: %s; trace %s", seed, d.Render, why, strings.Join(trace, "; "))
 			}
 			if len(w.urls) < 7 && rng.Intn(15) == 0 {
 				// A member joins (a scale-out or a replacement): added with the advertised URL,
 				// its pod started from the template.
-				w.urls = append(w.urls, d.Advertise)
+				w.urls = append(w.urls, d.Join)
 				w.pods = append(w.pods, w.template)
-				trace = append(trace, fmt.Sprintf("join %d at %v", len(w.urls)-1, d.Advertise))
+				trace = append(trace, fmt.Sprintf("join %d at %v", len(w.urls)-1, d.Join))
 			} else if d.Update != nil {
 				var k int
 				fmt.Sscanf(d.Update.Member, "etcd-%d", &k)
@@ -221,6 +236,10 @@ func TestSimulatedSwitches(t *testing.T) {
 				}
 				if len(stale) == 0 {
 					if !d.Switching {
+						if clean && changes > 3 {
+							t.Fatalf("seed %d: %d template changes (restart rounds) in one switch, want 3; trace %s", seed, changes, strings.Join(trace, "; "))
+						}
+						changes, clean = 0, true
 						if target == HTTPS && rng.Intn(2) == 0 {
 							target = HTTP
 							trace = append(trace, "target http")
