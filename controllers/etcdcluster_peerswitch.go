@@ -146,23 +146,11 @@ func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, t
 	if !s.decision.NeedMembers || len(started) == 0 {
 		return s, nil
 	}
-	var endpoints []string
-	for _, p := range started {
-		endpoints = append(endpoints, t.endpoint(p))
-	}
 	var cfg *tls.Config
 	if t.clientScheme == "https" {
 		cfg = t.tls
 	}
-	cl, err := dial(ctx, endpoints, cfg)
-	if err != nil {
-		s.decision.Message += fmt.Sprintf(" (etcd: %v)", err)
-		return s, nil
-	}
-	defer cl.Close()
-	lctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	list, err := cl.MemberList(lctx)
+	list, err := memberListOf(ctx, dial, timeout, t, started, cfg)
 	if err != nil {
 		s.decision.Message += fmt.Sprintf(" (etcd: %v)", err)
 		return s, nil

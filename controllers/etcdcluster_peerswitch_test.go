@@ -28,18 +28,8 @@ func stsArg(sts *appsv1.StatefulSet, name string) string {
 // the new URL (envtest runs no etcd): etcd's member list is never updated.
 func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 	ns := env.Namespace(t)
-	f := healthyEtcd(ns, 3)
-	newCluster(t, ns, nil)
-	waitStatefulSet(t, ns)
-	markReady(t, ns)
-	runPods(t, ns)
-	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
-
-	c := getCluster(t, ns)
-	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}}
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	f := readyPlainCluster(t, ns)
+	updateTLS(t, ns, &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}})
 	eventually(t, timeout, "the template to add a TLS transition listener and advertise it", func() error {
 		sts := &appsv1.StatefulSet{}
 		if err := getObject(ns, "etcd", sts); err != nil {
@@ -66,7 +56,7 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 
 	// A member that joins now (a scale-out) is added at the plain URL: the pods still on the
 	// old template have no peer certificate to reach a TLS one.
-	c = getCluster(t, ns)
+	c := getCluster(t, ns)
 	four := int32(4)
 	c.Spec.Replicas = &four
 	if err := env.Client.Update(context.Background(), c); err != nil {

@@ -92,22 +92,10 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 			return s, nil
 		}
 	}
-	var endpoints []string
-	for _, p := range started {
-		endpoints = append(endpoints, t.endpoint(p))
-	}
-	if len(endpoints) == 0 {
+	if len(started) == 0 {
 		return s, nil
 	}
-	cl, err := dial(ctx, endpoints, dcfg)
-	if err != nil {
-		s.decision.Message += fmt.Sprintf(" (etcd: %v)", err)
-		return s, nil
-	}
-	defer cl.Close()
-	lctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	list, err := cl.MemberList(lctx)
+	list, err := memberListOf(ctx, dial, timeout, t, started, dcfg)
 	if err != nil {
 		s.decision.Message += fmt.Sprintf(" (etcd: %v)", err)
 		return s, nil
@@ -118,6 +106,23 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 	}
 	s.decision = tlsswitch.Decide(s.obs)
 	return s, nil
+}
+
+// memberListOf reads etcd's member list from the started member pods, dialing their client
+// URLs (t's scheme) with cfg, within timeout.
+func memberListOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.Cluster, error) {
+	var endpoints []string
+	for _, p := range started {
+		endpoints = append(endpoints, t.endpoint(p))
+	}
+	cl, err := dial(ctx, endpoints, cfg)
+	if err != nil {
+		return etcd.Cluster{}, err
+	}
+	defer cl.Close()
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return cl.MemberList(lctx)
 }
 
 // clientListeners reads, from the etcd container of a pod spec, what its client port serves

@@ -52,6 +52,29 @@ func runPods(t *testing.T, ns string) {
 	markStatefulSetCurrent(t, ns)
 }
 
+// readyPlainCluster creates a plain 3-member cluster whose pods run and are ready, with a
+// healthy fake etcd, and waits until it is Ready.
+func readyPlainCluster(t *testing.T, ns string) *etcd.Fake {
+	t.Helper()
+	f := healthyEtcd(ns, 3)
+	newCluster(t, ns, nil)
+	waitStatefulSet(t, ns)
+	markReady(t, ns)
+	runPods(t, ns)
+	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
+	return f
+}
+
+// updateTLS sets spec.tls.
+func updateTLS(t *testing.T, ns string, spec *v1alpha1.TLSSpec) {
+	t.Helper()
+	c := getCluster(t, ns)
+	c.Spec.TLS = spec
+	if err := env.Client.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // publish makes the fake etcd's members publish client URLs of the schemes given and answer
 // on each.
 func publish(f *etcd.Fake, ns string, schemes ...string) {
@@ -73,18 +96,8 @@ func publish(f *etcd.Fake, ns string, schemes ...string) {
 // both, the template moves to TLS only and the operator dials TLS.
 func TestClientTLSSwitchedOnThroughBoth(t *testing.T) {
 	ns := env.Namespace(t)
-	f := healthyEtcd(ns, 3)
-	newCluster(t, ns, nil)
-	waitStatefulSet(t, ns)
-	markReady(t, ns)
-	runPods(t, ns)
-	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
-
-	c := getCluster(t, ns)
-	c.Spec.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	f := readyPlainCluster(t, ns)
+	updateTLS(t, ns, &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}})
 	eventually(t, timeout, "the template to serve both, the operator dialing plain", func() error {
 		sts := &appsv1.StatefulSet{}
 		if err := getObject(ns, "etcd", sts); err != nil {

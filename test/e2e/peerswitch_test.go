@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
@@ -29,35 +28,25 @@ import (
 func servesPeer(t testing.TB, ns, scheme string) {
 	t.Helper()
 	eventually(t, 6*time.Minute, "every member to serve "+scheme+" on its peer port only", func() error {
-		pods := &corev1.PodList{}
-		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		pods, err := readyMemberPods(ns, 3)
+		if err != nil {
 			return err
 		}
-		if len(pods.Items) != 3 {
-			return fmt.Errorf("%d member pods", len(pods.Items))
-		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || !podReady(&p) {
-				return fmt.Errorf("pod %s is not ready", p.Name)
-			}
+		for _, p := range pods {
 			for _, a := range p.Spec.Containers[0].Args {
 				if v, ok := strings.CutPrefix(a, "--listen-peer-urls="); ok && v != scheme+"://$(POD_IP):2380" {
 					return fmt.Errorf("pod %s listens on %s", p.Name, v)
 				}
 			}
 		}
-		cli := etcdClient(t, ns, 3)
-		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ml, err := cli.MemberList(ctx)
+		members, err := memberList(t, ns)
 		if err != nil {
 			return err
 		}
-		if len(ml.Members) != 3 {
-			return fmt.Errorf("%d members", len(ml.Members))
+		if len(members) != 3 {
+			return fmt.Errorf("%d members", len(members))
 		}
-		for _, m := range ml.Members {
+		for _, m := range members {
 			want := fmt.Sprintf("%s://%s.etcd.%s.svc.cluster.local:2380", scheme, m.Name, ns)
 			if len(m.PeerURLs) != 1 || m.PeerURLs[0] != want {
 				return fmt.Errorf("member %s has peer URLs %v, want %s", m.Name, m.PeerURLs, want)
@@ -125,18 +114,13 @@ func peerGet(t testing.TB, ns, base string, tlsOn bool) (string, error) {
 // setPeerTLS adds (on) or removes spec.tls.peer and returns when the change was stored.
 func setPeerTLS(t testing.TB, ns string, on bool) {
 	t.Helper()
-	c := getCluster(t, ns)
-	patch := client.MergeFrom(c.DeepCopy())
+	var spec *v1alpha1.TLSSpec
 	if on {
 		// The local cluster's processes connect from 127.0.0.1, which etcd's peer listener
 		// checks against the peer certificate's names (see the README's TLS section).
-		c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, ExtraSANs: localSANs}
-	} else {
-		c.Spec.TLS = nil
+		spec = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, ExtraSANs: localSANs}
 	}
-	if err := k8s.Patch(context.Background(), c, patch); err != nil {
-		t.Fatal(err)
-	}
+	setTLS(t, ns, spec)
 }
 
 // TestPeerTLSSwitchUnderWrites turns peer TLS on and off on a live 3-member cluster while a
@@ -237,12 +221,7 @@ func TestPeerTLSSwitchStopsBeforeACertificateEtcdWouldRefuse(t *testing.T) {
 	if err := k8s.Create(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
-	c := getCluster(t, ns)
-	patch := client.MergeFrom(c.DeepCopy())
-	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: sec.Name}}
-	if err := k8s.Patch(context.Background(), c, patch); err != nil {
-		t.Fatal(err)
-	}
+	setTLS(t, ns, &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: sec.Name}})
 	eventually(t, 4*time.Minute, "the operator to refuse the first peer URL move, naming the certificate", func() error {
 		for _, cond := range getCluster(t, ns).Status.Conditions {
 			if strings.Contains(cond.Message, "etcd would refuse the peer certificate of Secret misnamed-peer") {
@@ -252,15 +231,11 @@ func TestPeerTLSSwitchStopsBeforeACertificateEtcdWouldRefuse(t *testing.T) {
 		return fmt.Errorf("conditions %+v", getCluster(t, ns).Status.Conditions)
 	})
 	// Evidence from etcd: no peer URL moved.
-	cli := etcdClient(t, ns, 3)
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ml, err := cli.MemberList(ctx)
+	members, err := memberList(t, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range ml.Members {
+	for _, m := range members {
 		if len(m.PeerURLs) != 1 || !strings.HasPrefix(m.PeerURLs[0], "http://") || !strings.HasSuffix(m.PeerURLs[0], ":2380") {
 			t.Fatalf("member %s's peer URLs moved to %v", m.Name, m.PeerURLs)
 		}

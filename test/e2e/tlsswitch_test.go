@@ -11,6 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 )
@@ -22,17 +24,11 @@ import (
 func servesClient(t *testing.T, ns string, want ...string) {
 	t.Helper()
 	eventually(t, 5*time.Minute, fmt.Sprintf("every member to serve %v on its client port", want), func() error {
-		pods := &corev1.PodList{}
-		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		pods, err := readyMemberPods(ns, 3)
+		if err != nil {
 			return err
 		}
-		if len(pods.Items) != 3 {
-			return fmt.Errorf("%d member pods", len(pods.Items))
-		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || !podReady(&p) {
-				return fmt.Errorf("pod %s is not ready", p.Name)
-			}
+		for _, p := range pods {
 			var listen string
 			for _, a := range p.Spec.Containers[0].Args {
 				if v, ok := strings.CutPrefix(a, "--listen-client-urls="); ok {
@@ -43,15 +39,11 @@ func servesClient(t *testing.T, ns string, want ...string) {
 				return fmt.Errorf("pod %s listens on %s", p.Name, listen)
 			}
 		}
-		cli := etcdClient(t, ns, 3)
-		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ml, err := cli.MemberList(ctx)
+		members, err := memberList(t, ns)
 		if err != nil {
 			return err
 		}
-		for _, m := range ml.Members {
+		for _, m := range members {
 			if got := schemesOf(m.ClientURLs); got != strings.Join(want, "+") {
 				return fmt.Errorf("member %s publishes %v", m.Name, m.ClientURLs)
 			}
@@ -61,6 +53,37 @@ func servesClient(t *testing.T, ns string, want ...string) {
 		}
 		return nil
 	})
+}
+
+// readyMemberPods lists the cluster's member pods and fails unless there are n, all ready and
+// none being deleted.
+func readyMemberPods(ns string, n int) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
+		return nil, err
+	}
+	if len(pods.Items) != n {
+		return nil, fmt.Errorf("%d member pods", len(pods.Items))
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || !podReady(&p) {
+			return nil, fmt.Errorf("pod %s is not ready", p.Name)
+		}
+	}
+	return pods.Items, nil
+}
+
+// memberList is etcd's member list, read through the cluster's first three members.
+func memberList(t testing.TB, ns string) ([]*etcdserverpb.Member, error) {
+	cli := etcdClient(t, ns, 3)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ml.Members, nil
 }
 
 // schemesOf is "http", "https" or "http+https" for a list of URLs.
@@ -84,13 +107,19 @@ func schemesOf(urls []string) string {
 // setClientTLS changes spec.tls.client and returns when the change was stored.
 func setClientTLS(t *testing.T, ns string, cl *v1alpha1.ClientTLS) {
 	t.Helper()
+	var spec *v1alpha1.TLSSpec
+	if cl != nil {
+		spec = &v1alpha1.TLSSpec{Client: cl}
+	}
+	setTLS(t, ns, spec)
+}
+
+// setTLS sets spec.tls and returns when the change was stored.
+func setTLS(t testing.TB, ns string, spec *v1alpha1.TLSSpec) {
+	t.Helper()
 	c := getCluster(t, ns)
 	patch := client.MergeFrom(c.DeepCopy())
-	if cl == nil {
-		c.Spec.TLS = nil
-	} else {
-		c.Spec.TLS = &v1alpha1.TLSSpec{Client: cl}
-	}
+	c.Spec.TLS = spec
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
