@@ -9,9 +9,9 @@ LDFLAGS := -s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=$(VERS
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
-# The end-to-end suite takes about 20-25 minutes on 2 cores; the limit leaves room for a slow
+# The end-to-end suite takes about 32 minutes on 2 cores; the limit leaves room for a slow
 # machine without letting a hung test eat the CI run.
-E2E_TEST_FLAGS ?= -count=1 -timeout 45m
+E2E_TEST_FLAGS ?= -count=1 -timeout 55m
 
 .DEFAULT_GOAL := help
 
