@@ -56,12 +56,8 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 
 	// A member that joins now (a scale-out) is added at the plain URL: the pods still on the
 	// old template have no peer certificate to reach a TLS one.
-	c := getCluster(t, ns)
 	four := int32(4)
-	c.Spec.Replicas = &four
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.Replicas = &four })
 	eventually(t, timeout, "a learner added for the scale-out", func() error {
 		list, err := f.MemberList(context.Background())
 		if err != nil {
@@ -78,12 +74,8 @@ func TestPeerTLSSwitchMovesNoURLAMemberDoesNotAnswerAt(t *testing.T) {
 		return fmt.Errorf("no learner yet")
 	})
 	// Back to three, so the rest of the test has the three pods runPods makes.
-	c = getCluster(t, ns)
 	three := int32(3)
-	c.Spec.Replicas = &three
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.Replicas = &three })
 	eventually(t, timeout, "the learner removed again", func() error {
 		list, err := f.MemberList(context.Background())
 		if err != nil {

@@ -68,11 +68,7 @@ func readyPlainCluster(t *testing.T, ns string) *etcd.Fake {
 // updateTLS sets spec.tls.
 func updateTLS(t *testing.T, ns string, spec *v1alpha1.TLSSpec) {
 	t.Helper()
-	c := getCluster(t, ns)
-	c.Spec.TLS = spec
-	if err := env.Client.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.TLS = spec })
 }
 
 // publish makes the fake etcd's members publish client URLs of the schemes given and answer
