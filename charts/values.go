@@ -104,4 +104,6 @@ type StorageValues struct {
 	Ephemeral        bool   `json:"ephemeral,omitempty"`
 	Size             string `json:"size,omitempty"`
 	StorageClassName string `json:"storageClassName,omitempty"`
+	// ClaimLabels label the volume claim templates (immutable once the StatefulSet exists).
+	ClaimLabels map[string]string `json:"claimLabels,omitempty"`
 }

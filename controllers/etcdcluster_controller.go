@@ -278,6 +278,11 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			topo.peerURLTemplate, topo.peerPort, topo.peerTransitionPort = at.peerURLTemplate, at.peerPort, at.peerTransitionPort
 		}
 	}
+	if specErr == nil {
+		if err := r.pinToLive(ctx, c, topo, desired); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if ps.decision.Switching {
 		// A member that joins during the switch is added at the URL every member pod can
 		// reach, which is not always the one the template advertises (see peerswitch.Join).
@@ -398,6 +403,20 @@ func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.E
 		r.Recorder.Eventf(c, nil, "Normal", "Pruned", "Prune", "Deleted %v: the chart no longer renders them", pruned)
 	}
 	return err
+}
+
+// pinToLive keeps what cannot change on the live StatefulSet as it is in desired (its volume
+// claim templates' labels and annotations, see PinClaimTemplates).
+func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, desired []*unstructured) error {
+	live := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.statefulSet}, live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.statefulSet, err)
+	}
+	return PinClaimTemplates(desired, live)
 }
 
 // reconcileDelete deletes what the cluster owns, and its volume claims only when

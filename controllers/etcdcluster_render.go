@@ -185,3 +185,52 @@ func specReplicas(c *v1alpha1.EtcdCluster) int32 {
 	}
 	return values.DefaultReplicas
 }
+
+// PinClaimTemplates makes the StatefulSet in desired carry the labels and annotations of
+// live's volume claim templates, claim by claim name. A StatefulSet's volumeClaimTemplates
+// cannot change, so labels that differ from what it was created with (commonLabels that went
+// there before the chart stopped putting them in, or storage.claimLabels changed later) would
+// make every apply of it fail. live may be nil (nothing created yet).
+func PinClaimTemplates(desired []*unstructured, live *appsv1.StatefulSet) error {
+	if live == nil {
+		return nil
+	}
+	byName := map[string]metav1.ObjectMeta{}
+	for _, t := range live.Spec.VolumeClaimTemplates {
+		byName[t.Name] = t.ObjectMeta
+	}
+	for _, o := range desired {
+		if o.GetKind() != "StatefulSet" || o.GetName() != live.Name {
+			continue
+		}
+		tmpls, _, err := unstructuredv1.NestedSlice(o.Object, "spec", "volumeClaimTemplates")
+		if err != nil {
+			return fmt.Errorf("failed to read the volume claim templates of StatefulSet %s: %w", o.GetName(), err)
+		}
+		for i, t := range tmpls {
+			m, ok := t.(map[string]any)
+			if !ok {
+				continue
+			}
+			name, _, _ := unstructuredv1.NestedString(m, "metadata", "name")
+			was, ok := byName[name]
+			if !ok {
+				continue
+			}
+			for field, v := range map[string]map[string]string{"labels": was.Labels, "annotations": was.Annotations} {
+				if len(v) == 0 {
+					unstructuredv1.RemoveNestedField(m, "metadata", field)
+					continue
+				}
+				if err := unstructuredv1.SetNestedStringMap(m, v, "metadata", field); err != nil {
+					return fmt.Errorf("failed to pin the %s of volume claim template %s: %w", field, name, err)
+				}
+			}
+			tmpls[i] = m
+		}
+		if err := unstructuredv1.SetNestedSlice(o.Object, tmpls, "spec", "volumeClaimTemplates"); err != nil {
+			return fmt.Errorf("failed to pin the volume claim templates of StatefulSet %s: %w", o.GetName(), err)
+		}
+	}
+	return nil
+}

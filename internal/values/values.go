@@ -152,6 +152,9 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, erro
 	}
 
 	v.Storage.Size = DefaultStorageSize
+	// The claims carry the cluster label the operator finds them by; nothing that can change
+	// later (see the chart's storage.claimLabels).
+	v.Storage.ClaimLabels = map[string]string{v1alpha1.LabelCluster: c.Name}
 	if s.Storage.Size != nil {
 		v.Storage.Size = s.Storage.Size.String()
 	}
@@ -342,6 +345,14 @@ func ComputeAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (map[string]any, e
 	}
 	labels[v1alpha1.LabelCluster] = c.Name
 	out["commonLabels"] = labels
+	if st, ok := out["storage"].(map[string]any); ok {
+		claim, _ := st["claimLabels"].(map[string]any)
+		if claim == nil {
+			claim = map[string]any{}
+		}
+		claim[v1alpha1.LabelCluster] = c.Name
+		st["claimLabels"] = claim
+	}
 	out["managedBy"] = v1alpha1.ManagedByValue
 	return out, nil
 }
