@@ -328,6 +328,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		obs.membership, memberErr = &a, err
 	}
 	setStatus(c, obs, topo)
+	recordObservedMetrics(c, obs, backupErr)
 
 	switch {
 	case applyErr != nil:

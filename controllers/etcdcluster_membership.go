@@ -497,6 +497,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	default:
 		err = r.etcdStep(ctx, t, mo, a)
 	}
+	countStep(c, a.Kind, err)
 	if err != nil {
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}

@@ -530,6 +530,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		base.Status = *before.Status.DeepCopy()
 		err = r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
+	countStep(c, a.Kind, err)
 	if err != nil {
 		// Nothing of this step is recorded: the pass's own status write must not store it.
 		c.Status = *before.Status.DeepCopy()
