@@ -358,6 +358,98 @@ type ChartSpec struct {
 	// +kubebuilder:validation:Schemaless
 	// +optional
 	Values *runtime.RawExtension `json:"values,omitempty"`
+
+	// Source is where the chart comes from; the chart embedded in the operator when unset.
+	// Whatever the source, every render must keep etcd-pilot's chart contract (a StatefulSet
+	// named after the cluster with the selector labels, the etcd container's ports, the
+	// membership ConfigMap, OnDelete updates, a headless Service): a render that breaks it is
+	// reported in Degraded and nothing of it is applied.
+	// +optional
+	Source *ChartSource `json:"source,omitempty"`
+
+	// Patches change the rendered objects after the chart renders, in order, before the
+	// chart contract is checked: for what no chart value covers. `etcd-pilot render` shows
+	// their result.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Patches []ChartPatch `json:"patches,omitempty"`
+}
+
+// ChartSource names a chart to render instead of the embedded one.
+// +kubebuilder:validation:XValidation:rule="has(self.configMap)",message="chart.source needs configMap"
+type ChartSource struct {
+	// ConfigMap holds the chart as a packaged archive (the .tgz `helm package` writes) in
+	// its binaryData, in the EtcdCluster's namespace. The operator re-reads it on every pass;
+	// a change renders the new chart.
+	// +optional
+	ConfigMap *ChartConfigMapSource `json:"configMap,omitempty"`
+}
+
+// ChartConfigMapSource is a packaged chart in a ConfigMap.
+type ChartConfigMapSource struct {
+	// Name of the ConfigMap.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key of the archive in the ConfigMap's binaryData.
+	// +kubebuilder:default="chart.tgz"
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ChartPatch changes the rendered objects that Target selects, with a strategic-merge patch
+// (a JSON merge patch for kinds without a strategy, such as custom resources) or an RFC 6902
+// JSON patch.
+// +kubebuilder:validation:XValidation:rule="has(self.strategicMerge) != has(self.json)",message="a chart patch needs exactly one of strategicMerge and json"
+type ChartPatch struct {
+	// Target selects the objects to patch; a patch that selects nothing is an error.
+	Target PatchTarget `json:"target"`
+	// StrategicMerge is a partial object merged into each target, as `kubectl patch
+	// --type strategic` does.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	// +optional
+	StrategicMerge *runtime.RawExtension `json:"strategicMerge,omitempty"`
+	// JSON is an RFC 6902 JSON patch applied to each target.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=atomic
+	// +optional
+	JSON []JSONPatchOperation `json:"json,omitempty"`
+}
+
+// PatchTarget selects rendered objects by kind and, optionally, name.
+type PatchTarget struct {
+	// Kind of the objects, such as StatefulSet.
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// Group of the kind; empty matches any group.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Name of the object; empty selects every object of the kind.
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// JSONPatchOperation is one RFC 6902 operation.
+// +kubebuilder:validation:XValidation:rule="!(self.op in ['move', 'copy']) || has(self.from)",message="move and copy need from"
+type JSONPatchOperation struct {
+	// Op is the operation.
+	// +kubebuilder:validation:Enum=add;remove;replace;move;copy;test
+	Op string `json:"op"`
+	// Path is a JSON pointer into the object, such as /spec/template/metadata/annotations.
+	// +kubebuilder:validation:Pattern=`^(/.*)?$`
+	Path string `json:"path"`
+	// From is the source pointer of move and copy.
+	// +optional
+	From string `json:"from,omitempty"`
+	// Value of add, replace and test: any JSON value.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +optional
+	Value *runtime.RawExtension `json:"value,omitempty"`
 }
 
 // MemberStatus is one etcd member as etcd's member list and status calls report it.
@@ -394,11 +486,17 @@ type MemberStatus struct {
 
 // EtcdClusterStatus is the observed state of an etcd cluster.
 type EtcdClusterStatus struct {
-	// ObservedGeneration is the generation of the spec that the last successful pass acted on.
+	// ObservedGeneration is the newest generation of the spec that a pass of the operator
+	// finished on: it rendered and applied that spec and took (or waited on) the next step
+	// towards it, or found that it cannot act on it and said so in Stalled. The conditions
+	// describe that generation. A pass that ends in an error it retries (the API server or
+	// etcd failing a call) leaves it unchanged. It does not say the cluster matches the spec:
+	// Ready does (with Reconciling and Stalled saying why not).
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Available, Progressing, Degraded, and Ready as their summary.
+	// Conditions: Available, Progressing, Degraded, and Ready as their summary; Reconciling
+	// and Stalled as kstatus reads them; EphemeralStorage and BackupReady where they apply.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

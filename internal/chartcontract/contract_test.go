@@ -1,0 +1,129 @@
+package chartcontract_test
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+func render(t *testing.T, c *v1alpha1.EtcdCluster) []*unstructured.Unstructured {
+	t.Helper()
+	r, err := charts.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := values.Compute(c, values.Operator{Namespace: "etcd-pilot-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := r.Render(charts.Release{Name: c.Name, Namespace: c.Namespace}, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func contract(c *v1alpha1.EtcdCluster) chartcontract.Contract {
+	return chartcontract.Contract{Name: c.Name, Namespace: c.Namespace,
+		SelectorLabels:      map[string]string{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name},
+		MembershipConfigMap: values.MembershipConfigMapName(c.Name),
+		Ephemeral:           c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral}
+}
+
+func cluster(mutate func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace, c.UID = "etcd", "team-a", "uid-1"
+	if mutate != nil {
+		mutate(c)
+	}
+	return c
+}
+
+func TestTheEmbeddedChartKeepsTheContract(t *testing.T) {
+	yes := true
+	for name, c := range map[string]*v1alpha1.EtcdCluster{
+		"default":   cluster(nil),
+		"ephemeral": cluster(func(c *v1alpha1.EtcdCluster) { c.Spec.Storage.Ephemeral = &yes }),
+		"tls": cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}}
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := chartcontract.Check(render(t, c), contract(c)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestBrokenRendersSayWhatIsMissing(t *testing.T) {
+	c := cluster(nil)
+	for _, tc := range []struct {
+		name   string
+		break_ func(objs []*unstructured.Unstructured) []*unstructured.Unstructured
+		want   []string
+	}{
+		{"no StatefulSet", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			var out []*unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() != "StatefulSet" {
+					out = append(out, o)
+				}
+			}
+			return out
+		}, []string{"no StatefulSet named etcd"}},
+		{"selector, replicas, strategy", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			s := find(objs, "StatefulSet", "etcd")
+			_ = unstructured.SetNestedStringMap(s.Object, map[string]string{"app": "etcd"}, "spec", "selector", "matchLabels")
+			_ = unstructured.SetNestedField(s.Object, int64(3), "spec", "replicas")
+			_ = unstructured.SetNestedField(s.Object, "RollingUpdate", "spec", "updateStrategy", "type")
+			return objs
+		}, []string{"spec.selector.matchLabels must be exactly {app.kubernetes.io/instance=etcd,app.kubernetes.io/name=etcd}", "spec.replicas must not be set", "spec.updateStrategy.type must be OnDelete"}},
+		{"etcd container hooks", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			s := find(objs, "StatefulSet", "etcd")
+			cs, _, _ := unstructured.NestedSlice(s.Object, "spec", "template", "spec", "containers")
+			etcd := cs[0].(map[string]any)
+			delete(etcd, "envFrom")
+			etcd["ports"] = []any{map[string]any{"name": "client", "containerPort": int64(2379)}}
+			_ = unstructured.SetNestedSlice(s.Object, cs, "spec", "template", "spec", "containers")
+			return objs
+		}, []string{"needs envFrom configMapRef etcd-membership", "needs a port named peer", "needs a port named metrics"}},
+		{"headless Service and namespace", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			svc := find(objs, "Service", "etcd")
+			_ = unstructured.SetNestedField(svc.Object, "10.0.0.1", "spec", "clusterIP")
+			find(objs, "Service", "etcd-client").SetNamespace("elsewhere")
+			ns := &unstructured.Unstructured{}
+			ns.SetAPIVersion("v1")
+			ns.SetKind("Namespace")
+			ns.SetName("mine")
+			return append(objs, ns)
+		}, []string{"Service etcd: spec.clusterIP must be None", `Service etcd-client is in namespace "elsewhere"`, "Namespace mine is cluster-scoped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := chartcontract.Check(tc.break_(render(t, c)), contract(c))
+			if err == nil {
+				t.Fatal("the contract held")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	panic(kind + " " + name + " not rendered")
+}
