@@ -20,6 +20,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/node"
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/userns"
 )
 
 // Version is set at build time with -ldflags "-X github.com/etcd-pilot/etcd-pilot/internal/localcli.Version=...".
@@ -145,7 +146,8 @@ func newLocalFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 }
 
 // localUp starts the local cluster. It runs twice: first on the machine, where it builds the
-// missing binaries and re-executes itself in a private mount namespace; then there (with
+// missing binaries and re-executes itself in a private mount namespace (inside a user
+// namespace of its own when not run by root, see userns); then there (with
 // localcluster.InNamespaceEnv set), where it sets up the name view and runs the cluster.
 func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	fs, dirFlag := newLocalFlagSet("up", stderr)
@@ -191,16 +193,22 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	if st, err := localcluster.ReadState(dir); err == nil {
 		return 0, fmt.Errorf("a local cluster is already running in %s (pid %d); stop it with: %s down%s", *dirFlag, st.Pid, os.Args[0], dirArg(*dirFlag))
 	}
+	// Before building anything: a user other than root needs a user namespace.
+	probe := userns.ReadProbe()
+	mode, err := userns.Check(probe)
+	if err != nil {
+		return 0, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("failed to create %s: %w", dir, err)
 	}
 	if _, err := localcluster.EnsureBinaries(root, stderr); err != nil {
 		return 0, err
 	}
-	cmd := localcluster.NamespacedCommand(exe, append([]string{"up"}, args...))
+	cmd := localcluster.NamespacedCommand(exe, append([]string{"up"}, args...), mode, probe)
 	cmd.Args[0] = os.Args[0] // so the ready line names the command as the user typed it
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("failed to start the local cluster in a mount namespace of its own: %w", err)
+		return 0, startError(mode, probe, err)
 	}
 	// The cluster runs in a process group of its own, out of reach of the terminal's Ctrl-C;
 	// pass the signal on, once.
@@ -215,6 +223,18 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	err = cmd.Wait()
 	close(done)
 	return exitCode(err)
+}
+
+// startError explains why the up process could not start in its namespaces (mode, as
+// userns.Check allowed for probe).
+func startError(mode userns.Mode, probe userns.Probe, err error) error {
+	if mode == userns.InUserNamespace {
+		return fmt.Errorf("failed to start the local cluster in a user namespace of its own: %w", userns.Explain(probe, err))
+	}
+	if errors.Is(err, syscall.EPERM) {
+		return fmt.Errorf("failed to start the local cluster in a mount namespace of its own: %w (root needs the capability CAP_SYS_ADMIN for it, which a container may not grant)", err)
+	}
+	return fmt.Errorf("failed to start the local cluster in a mount namespace of its own: %w", err)
 }
 
 // operatorBinary returns the absolute path of the operator binary: flagValue, or

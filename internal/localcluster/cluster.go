@@ -276,7 +276,10 @@ func lockIPPrefix() (string, *os.File, error) {
 	for n := firstIPOctet; n <= lastIPOctet; n++ {
 		prefix := fmt.Sprintf("127.%d", n)
 		path := filepath.Join(os.TempDir(), "etcd-pilot-local-"+prefix+".lock")
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := openLockFile(path)
+		if errors.Is(err, os.ErrPermission) {
+			continue // another user's, unreadable: take it as held
+		}
 		if err != nil {
 			return "", nil, fmt.Errorf("failed to open %s: %w", path, err)
 		}
@@ -287,6 +290,18 @@ func lockIPPrefix() (string, *os.File, error) {
 		return prefix, f, nil
 	}
 	return "", nil, fmt.Errorf("no free pod IP range: 127.%d to 127.%d are all held by other local clusters", firstIPOctet, lastIPOctet)
+}
+
+// openLockFile opens the lock file at path for reading, creating it when missing. Any user's
+// local cluster may lock it: flock(2) needs no write access, and an existing file is opened
+// without O_CREAT, which a sticky temporary folder with fs.protected_regular refuses for
+// another user's file.
+func openLockFile(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
+	}
+	return f, err
 }
 
 // zoneName returns the zone of the i-th node (from 0): zone-a, zone-b, ... zone-z, zone-27...

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/hosts"
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/userns"
 )
 
 // InNamespaceEnv is set (to "1") in the environment of the up process re-executed inside its
@@ -27,13 +28,20 @@ const ParentDeathSignal = syscall.SIGHUP
 // forwards one, so the up process can stop its children in order rather than all of them
 // dying to the same Ctrl-C at once. Should the caller die without forwarding (a closed
 // terminal, SIGKILL), the command gets ParentDeathSignal and must stop everything all the same.
-func NamespacedCommand(exe string, args []string) *exec.Cmd {
+//
+// mode is what userns.Check allowed for probe: as root the mount namespace is created
+// directly; otherwise the command also gets a user namespace of its own that maps the user to
+// root (see userns.Apply), in which the mount namespace is created.
+func NamespacedCommand(exe string, args []string, mode userns.Mode, probe userns.Probe) *exec.Cmd {
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), InNamespaceEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	// os/exec makes the new namespace's mount tree private right after unsharing it, so
 	// nothing mounted in it propagates back to the machine.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true, Pdeathsig: ParentDeathSignal}
+	if mode == userns.InUserNamespace {
+		userns.Apply(cmd.SysProcAttr, probe)
+	}
 	return cmd
 }
 
@@ -66,7 +74,7 @@ func SetUpNameView(hostsPath string) (*hosts.File, error) {
 }
 
 // ExecCommand returns a command running argv inside the mount namespace of the cluster
-// described by st (through nsenter), in the current working directory, with KUBECONFIG set
+// described by st (through nsenter; in its user namespace too when it has one of its own), in the current working directory, with KUBECONFIG set
 // and kubectl and etcdctl first on PATH. Its exit status is argv's.
 func ExecCommand(st *State, argv []string) (*exec.Cmd, error) {
 	if len(argv) == 0 {
@@ -81,7 +89,18 @@ func ExecCommand(st *State, argv []string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("failed to get the working directory: %w", err)
 	}
 	// Entering a mount namespace moves the working directory to its root; --wd moves back.
-	args := append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", st.Pid), "--wd=" + wd, "--"}, argv...)
+	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", st.Pid), "--wd=" + wd}
+	if !userns.SameAs(st.Pid) {
+		// The cluster runs in a user namespace of its own (it was started by a user other
+		// than root), which owns its mount namespace: enter that first, as its root. The
+		// user it maps to root is that already, and may not call setgroups(2) there.
+		enter := []string{fmt.Sprintf("--user=/proc/%d/ns/user", st.Pid)}
+		if uid, ok := userns.RootOf(st.Pid); ok && uid == os.Geteuid() {
+			enter = append(enter, "--preserve-credentials")
+		}
+		args = append(enter, args...)
+	}
+	args = append(append(args, "--"), argv...)
 	cmd := exec.Command(nsenter, args...)
 	env := []string{"KUBECONFIG=" + st.Kubeconfig}
 	path := st.KubeBinDir + string(os.PathListSeparator) + st.EtcdBinDir
