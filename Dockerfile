@@ -5,6 +5,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
+# The flags of `make build` for bin/etcd-pilot (OPERATOR_LDFLAGS): test/packaging keeps them equal.
 RUN CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=${VERSION}" \
       -o /out/etcd-pilot .

@@ -5,7 +5,13 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=$(VERSION) -X github.com/etcd-pilot/etcd-pilot/internal/localcli.Version=$(VERSION)
+# The operator's link flags. The Dockerfile builds with the same (test/packaging checks it).
+OPERATOR_LDFLAGS := -s -w -X github.com/etcd-pilot/etcd-pilot/internal/cli.Version=$(VERSION)
+LDFLAGS := $(OPERATOR_LDFLAGS) -X github.com/etcd-pilot/etcd-pilot/internal/localcli.Version=$(VERSION)
+# The operator's image, for docker-build and install-manifest.
+IMG ?= etcd-pilot:$(VERSION)
+# docker or podman (the first found).
+CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
@@ -42,8 +48,21 @@ bench: tools ## Run the benchmarks (render cold and warm, steady-state reconcile
 
 .PHONY: build
 build: ## Build bin/etcd-pilot (the operator) and bin/etcd-pilot-local (the local cluster).
-	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/etcd-pilot .
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(OPERATOR_LDFLAGS)" -o bin/etcd-pilot .
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/etcd-pilot-local ./cmd/etcd-pilot-local
+
+.PHONY: docker-build
+docker-build: ## Build the operator's image IMG (default etcd-pilot:$(VERSION)) from the Dockerfile with docker or podman (CONTAINER_TOOL).
+	@if [ -z "$(CONTAINER_TOOL)" ]; then \
+	  echo "make docker-build needs docker or podman, and neither is installed (set CONTAINER_TOOL to another builder)."; \
+	  echo "The image is the Dockerfile's: the static binary of 'make build' on a distroless base, run as user 65532."; exit 1; fi
+	@if [ "$$(basename "$(CONTAINER_TOOL)")" = docker ] && ! "$(CONTAINER_TOOL)" info >/dev/null 2>&1; then \
+	  echo "make docker-build: $(CONTAINER_TOOL) is installed but no Docker engine answers ('docker info' fails): start one, or use CONTAINER_TOOL=podman."; exit 1; fi
+	"$(CONTAINER_TOOL)" build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+.PHONY: install-manifest
+install-manifest: ## Write dist/install.yaml (config/default) and dist/install-namespaced.yaml (config/namespaced) for VERSION, with the operator's image IMG.
+	go run ./hack/installmanifest -kubectl "$$(hack/build-kube.sh kubectl)/kubectl" -image "$(IMG)" -version "$(VERSION)" -o dist
 
 .PHONY: tools
 tools: ## Build the test binaries from Go modules into bin/ (cached).
@@ -68,19 +87,25 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers (and their copies in the operator chart).
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	@# CEL sees only declared fields: declare the keys spec.chart.values may not set, with their rules.
 	go run ./hack/chartvalues config/crd/bases/etcdpilot.io_etcdclusters.yaml
 	$(CONTROLLER_GEN) rbac:roleName=etcd-pilot-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 	@# Namespaced mode: the same rules as a Role, minus the cluster-scoped ones.
 	go run ./hack/namespacedrbac config/rbac/role.yaml config/namespaced internal/manager/zz_permissions.go
+	@# The operator's chart carries copies of the CRDs and of the roles' rules (a test checks them).
+	rm -f charts/etcd-pilot/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/etcd-pilot/crds/
+	cp config/rbac/role.yaml config/rbac/editor_role.yaml config/rbac/viewer_role.yaml config/rbac/metrics_reader_role.yaml charts/etcd-pilot/files/rbac/
+	cp config/namespaced/role.yaml charts/etcd-pilot/files/rbac/namespaced_role.yaml
+	cp config/namespaced/cluster_role.yaml charts/etcd-pilot/files/rbac/namespaced_cluster_role.yaml
 
 .PHONY: verify
 verify: generate manifests lint ## Regenerate and fail if anything generated differs from what is committed.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts/etcd-pilot/crds charts/etcd-pilot/files/rbac)" ]; then \
 	  echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-	  git status --porcelain -- api config; git diff --stat -- api config; exit 1; fi
+	  git status --porcelain -- api config charts/etcd-pilot/crds charts/etcd-pilot/files/rbac; git diff --stat -- api config charts/etcd-pilot/crds charts/etcd-pilot/files/rbac; exit 1; fi
 
 .PHONY: lint
 lint: ## go vet and gofmt.
