@@ -33,10 +33,11 @@ var (
 	metricHealthyMembers = gauge("etcdpilot_cluster_healthy_members", "Members that answered the operator and report no alarm.")
 	metricUpgradePending = gauge("etcdpilot_cluster_rollout_pending_members",
 		"Members still running an older pod template (0 when no rollout runs).")
-	metricLearners      = gauge("etcdpilot_cluster_learners", "Non-voting members (learners) in etcd's member list.")
-	metricVoters        = gauge("etcdpilot_cluster_voters", "Voting members in etcd's member list.")
-	metricHealthyVoters = gauge("etcdpilot_cluster_healthy_voters", "Voting members that answered the operator and report no alarm.")
-	metricQuorum        = gauge("etcdpilot_cluster_quorum",
+	metricDesiredMembers = gauge("etcdpilot_cluster_desired_members", "The members the spec asks for (spec.replicas).")
+	metricLearners       = gauge("etcdpilot_cluster_learners", "Non-voting members (learners) in etcd's member list.")
+	metricVoters         = gauge("etcdpilot_cluster_voters", "Voting members in etcd's member list.")
+	metricHealthyVoters  = gauge("etcdpilot_cluster_healthy_voters", "Voting members that answered the operator and report no alarm.")
+	metricQuorum         = gauge("etcdpilot_cluster_quorum",
 		"Voting members a quorum needs: voters/2+1 (0 while etcd has listed no member).")
 	metricDBQuota = gauge("etcdpilot_cluster_db_quota_bytes",
 		"The members' space quota: spec.etcd.quotaBackendBytes, or etcd's default 2 GiB when unset or 0 (absent when negative: no quota).")
@@ -90,7 +91,7 @@ func gauge(name, help string) *prometheus.GaugeVec {
 
 func init() {
 	metrics.Registry.MustRegister(metricLeaderChanges, metricLeaderMoves, metricHasLeader, metricMembers, metricHealthyMembers,
-		metricUpgradePending, metricLearners, metricVoters, metricHealthyVoters, metricQuorum, metricDBQuota,
+		metricUpgradePending, metricDesiredMembers, metricLearners, metricVoters, metricHealthyVoters, metricQuorum, metricDBQuota,
 		metricBackupLastSuccess, metricBackupLastSucceeded, metricCertificateExpiry, metricDBSize, metricDBSizeInUse,
 		metricCondition, metricSteps)
 }
@@ -175,6 +176,7 @@ func recordMetrics(c *v1alpha1.EtcdCluster) {
 	}
 	metricHasLeader.With(l).Set(hasLeader)
 	metricMembers.With(l).Set(float64(len(c.Status.Members)))
+	metricDesiredMembers.With(l).Set(float64(specReplicas(c)))
 	metricHealthyMembers.With(l).Set(healthy)
 	metricLearners.With(l).Set(learners)
 	metricVoters.With(l).Set(voters)
@@ -302,7 +304,7 @@ func countStep(c *v1alpha1.EtcdCluster, kind plan.Kind, err error) {
 func forgetMetrics(c *v1alpha1.EtcdCluster) {
 	l := prometheus.Labels{"namespace": c.Namespace, "name": c.Name}
 	for _, v := range []*prometheus.MetricVec{metricLeaderChanges.MetricVec, metricLeaderMoves.MetricVec, metricHasLeader.MetricVec,
-		metricMembers.MetricVec, metricHealthyMembers.MetricVec, metricUpgradePending.MetricVec, metricLearners.MetricVec,
+		metricMembers.MetricVec, metricHealthyMembers.MetricVec, metricUpgradePending.MetricVec, metricDesiredMembers.MetricVec, metricLearners.MetricVec,
 		metricVoters.MetricVec, metricHealthyVoters.MetricVec, metricQuorum.MetricVec, metricDBQuota.MetricVec,
 		metricBackupLastSuccess.MetricVec, metricBackupLastSucceeded.MetricVec} {
 		v.Delete(l)

@@ -104,6 +104,7 @@ func TestClusterMetrics(t *testing.T) {
 	one("etcdpilot_cluster_members", 4)
 	one("etcdpilot_cluster_healthy_members", 3)
 	one("etcdpilot_cluster_learners", 1)
+	one("etcdpilot_cluster_desired_members", 3)
 	one("etcdpilot_cluster_voters", 3)
 	one("etcdpilot_cluster_healthy_voters", 2)
 	one("etcdpilot_cluster_quorum", 2)
@@ -256,8 +257,8 @@ func TestStepsAndForget(t *testing.T) {
 			t.Errorf("%s: no series of the cluster", mf.GetName())
 		}
 	}
-	if ours != 18 {
-		t.Errorf("%d etcdpilot metrics gathered, want the 18 of metrics.go", ours)
+	if ours != 19 {
+		t.Errorf("%d etcdpilot metrics gathered, want the 19 of metrics.go", ours)
 	}
 	forgetMetrics(c)
 	for _, mf := range families {
