@@ -29,14 +29,51 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 
 {{/* Labels of every object. */}}
 {{- define "etcd-cluster.labels" -}}
-{{ include "etcd-cluster.selectorLabels" . }}
-app.kubernetes.io/component: etcd
-app.kubernetes.io/part-of: etcd-cluster
-app.kubernetes.io/version: {{ .Values.etcd.version | quote }}
-app.kubernetes.io/managed-by: {{ default .Release.Service .Values.managedBy | quote }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
-{{- range $k, $v := .Values.commonLabels }}
-{{ $k }}: {{ $v | quote }}
+{{- include "etcd-cluster.labelsWith" (dict "ctx" . "extra" dict) -}}
+{{- end -}}
+
+{{/* Labels of the member pods: those of every object and podLabels. */}}
+{{- define "etcd-cluster.podLabels" -}}
+{{- include "etcd-cluster.labelsWith" (dict "ctx" . "extra" (.Values.podLabels | default dict)) -}}
+{{- end -}}
+
+{{/*
+The chart's labels, then global.commonLabels, commonLabels and .extra over them, as YAML. The
+selector labels and app.kubernetes.io/managed-by are always the chart's: a StatefulSet's
+selector cannot change, and the operator finds the objects it applied by managed-by.
+*/}}
+{{- define "etcd-cluster.labelsWith" -}}
+{{- $ := .ctx -}}
+{{- $g := $.Values.global | default dict -}}
+{{- $l := dict
+  "app.kubernetes.io/component" "etcd"
+  "app.kubernetes.io/part-of" "etcd-cluster"
+  "app.kubernetes.io/version" ($.Values.etcd.version | toString)
+  "helm.sh/chart" (printf "%s-%s" $.Chart.Name $.Chart.Version) -}}
+{{- $l = mergeOverwrite $l ($g.commonLabels | default dict) ($.Values.commonLabels | default dict) .extra -}}
+{{- $l = mergeOverwrite $l (include "etcd-cluster.selectorLabels" $ | fromYaml) -}}
+{{- $_ := set $l "app.kubernetes.io/managed-by" (default $.Release.Service $.Values.managedBy) -}}
+{{- toYaml $l -}}
+{{- end -}}
+
+{{/*
+Annotations of an object: global.commonAnnotations, commonAnnotations and .extra (the object's
+own, such as service.annotations) over them, as YAML; empty when there are none. Call with
+(dict "ctx" $ "extra" MAP).
+*/}}
+{{- define "etcd-cluster.annotations" -}}
+{{- $g := .ctx.Values.global | default dict -}}
+{{- $a := mergeOverwrite (dict) ($g.commonAnnotations | default dict) (.ctx.Values.commonAnnotations | default dict) (.extra | default dict) -}}
+{{- with $a }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* metadata.labels and metadata.annotations of an object, indented by 2. */}}
+{{- define "etcd-cluster.metadata" -}}
+labels:
+  {{- include "etcd-cluster.labels" .ctx | nindent 2 }}
+{{- with include "etcd-cluster.annotations" . }}
+annotations:
+  {{- . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
@@ -66,8 +103,42 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- add (div (int .Values.replicas) 2) 1 -}}
 {{- end -}}
 
+{{/*
+The etcd image. global.imageRegistry (a parent chart's mirror) replaces the registry host of
+image.repository (its first part, when that has a dot or a port or is localhost) or prefixes a
+repository without one.
+*/}}
 {{- define "etcd-cluster.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Values.etcd.version) .Values.image.tag) -}}
+{{- $repo := .Values.image.repository -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default "" | trimSuffix "/" -}}
+{{- if $registry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" $registry $repo -}}
+{{- end -}}
+{{- printf "%s:%s" $repo (default (printf "v%s" .Values.etcd.version) .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+imagePullSecrets of the member pods: global.imagePullSecrets, then imagePullSecrets, each a
+Secret's name or {name: NAME}, without repeats; empty when there are none.
+*/}}
+{{- define "etcd-cluster.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat ((.Values.global | default dict).imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+{{- $n := kindIs "string" . | ternary . (get (kindIs "map" . | ternary . dict) "name") -}}
+{{- if and $n (not (has $n $names)) -}}
+{{- $names = append $names $n -}}
+{{- end -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $names -}}
+{{- $out = append $out (dict "name" .) -}}
+{{- end -}}
+{{- with $out }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
 {{/*
@@ -128,4 +199,29 @@ podSelector:
 {{/* Non-empty when the client port serves plain HTTP beside TLS (tls.client.acceptPlain). */}}
 {{- define "etcd-cluster.clientAcceptsPlain" -}}
 {{- if and (eq (include "etcd-cluster.clientScheme" .) "https") .Values.tls.client.acceptPlain -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+securityContext of the member pods: the restricted Pod Security profile's settings, with
+podSecurityContext merged over them (values.schema.json refuses what the profile forbids).
+*/}}
+{{- define "etcd-cluster.podSecurityContext" -}}
+{{- $sc := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- toYaml (mergeOverwrite $sc (deepCopy (.Values.podSecurityContext | default dict))) -}}
+{{- end -}}
+
+{{/*
+securityContext of the etcd container: the restricted Pod Security profile's settings and a
+read-only root filesystem, with containerSecurityContext merged over them key by key (lists
+such as capabilities.add replace; values.schema.json keeps drop: [ALL] and refuses what the
+profile forbids).
+*/}}
+{{- define "etcd-cluster.containerSecurityContext" -}}
+{{- $sc := dict
+  "allowPrivilegeEscalation" false
+  "readOnlyRootFilesystem" true
+  "runAsNonRoot" true
+  "capabilities" (dict "drop" (list "ALL"))
+  "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- toYaml (mergeOverwrite $sc (deepCopy (.Values.containerSecurityContext | default dict))) -}}
 {{- end -}}
