@@ -218,8 +218,11 @@ func TestInstallOrder(t *testing.T) {
 				t.Errorf("%s: unexpected %s at %d before the StatefulSet: %v", f.name, k, i, kinds)
 			}
 		}
-		if len(kinds) != sts+1 {
-			t.Errorf("%s: objects after the StatefulSet: %v", f.name, kinds[sts+1:])
+		// Helm installs kinds it does not know last: the PodMonitor, once the pods it watches
+		// exist.
+		after := kinds[sts+1:]
+		if monitored := podMonitorEnabled(f.values); !slices.Equal(after, map[bool][]string{true: {"PodMonitor"}}[monitored]) {
+			t.Errorf("%s: objects after the StatefulSet: %v (monitoring.podMonitor.enabled %v)", f.name, after, monitored)
 		}
 		want := []string{"ServiceAccount", "Service", "Service"}
 		if pdb, _ := f.values["podDisruptionBudget"].(map[string]any); pdb["enabled"] != false {
@@ -282,6 +285,8 @@ func TestEveryObjectConverts(t *testing.T) {
 				into = &appsv1.StatefulSet{}
 			case "NetworkPolicy":
 				into = &networkingv1.NetworkPolicy{}
+			case "PodMonitor":
+				into = &podMonitor{}
 			default:
 				t.Errorf("%s: unexpected kind %s", f.name, o.GetKind())
 				continue
@@ -322,8 +327,8 @@ func TestStatefulSet(t *testing.T) {
 			if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 				t.Errorf("pod seccompProfile not RuntimeDefault: %+v", psc)
 			}
-			if len(pod.Containers) != 1 {
-				t.Fatalf("containers = %d, want 1", len(pod.Containers))
+			if len(pod.Containers) == 0 || pod.Containers[0].Name != "etcd" {
+				t.Fatalf("the first container is not etcd: %+v", pod.Containers)
 			}
 			c := pod.Containers[0]
 			sc := c.SecurityContext
@@ -336,10 +341,10 @@ func TestStatefulSet(t *testing.T) {
 				t.Errorf("container runAsNonRoot not true")
 			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
 				t.Errorf("readOnlyRootFilesystem not true")
-			case sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
-				t.Errorf("capabilities = %+v, want drop ALL and add nothing", sc.Capabilities)
-			case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
-				t.Errorf("container seccompProfile not RuntimeDefault")
+			case sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || slices.ContainsFunc(sc.Capabilities.Add, func(c corev1.Capability) bool { return c != "NET_BIND_SERVICE" }):
+				t.Errorf("capabilities = %+v, want drop ALL and add nothing but NET_BIND_SERVICE", sc.Capabilities)
+			case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault && sc.SeccompProfile.Type != corev1.SeccompProfileTypeLocalhost:
+				t.Errorf("container seccompProfile not RuntimeDefault or Localhost")
 			case sc.Privileged != nil && *sc.Privileged:
 				t.Errorf("container is privileged")
 			}
