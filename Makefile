@@ -36,6 +36,8 @@ demo: build ## Run the main job: local Kubernetes, the operator, a 3-member etcd
 .PHONY: test
 test: tools ## Run every test (unit, golden, Helm parity, envtest against a real kube-apiserver).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" HELM="$$(hack/build-helm.sh)" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+	@# The alert rules and dashboards, against Prometheus's own libraries: a module of its own.
+	cd test/promrules && go test $(GO_TEST_FLAGS) ./...
 	@# The end-to-end suite runs alone: on 2 cores, sharing them with the other suites starves
 	@# etcd's heartbeats and causes elections that have nothing to do with the operator.
 	go test $(E2E_TEST_FLAGS) ./test/e2e
