@@ -220,9 +220,12 @@ func TestInstallOrder(t *testing.T) {
 		}
 		// Helm installs kinds it does not know last: the PodMonitor, once the pods it watches
 		// exist.
-		after := kinds[sts+1:]
-		if monitored := podMonitorEnabled(f.values); !slices.Equal(after, map[bool][]string{true: {"PodMonitor"}}[monitored]) {
-			t.Errorf("%s: objects after the StatefulSet: %v (monitoring.podMonitor.enabled %v)", f.name, after, monitored)
+		var last []string
+		if podMonitorEnabled(f.values) {
+			last = []string{"PodMonitor"}
+		}
+		if after := kinds[sts+1:]; !slices.Equal(after, last) {
+			t.Errorf("%s: objects after the StatefulSet: %v, want %v", f.name, after, last)
 		}
 		want := []string{"ServiceAccount", "Service", "Service"}
 		if pdb, _ := f.values["podDisruptionBudget"].(map[string]any); pdb["enabled"] != false {
