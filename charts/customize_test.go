@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -551,3 +552,21 @@ etcd-cluster:
   imagePullSecrets:
     - name: etcd-pull
 `
+
+// TestFixturesKeepTheChartContract: every fixture's render, customizations included, keeps
+// what the operator relies on (internal/chartcontract, checked before every apply).
+func TestFixturesKeepTheChartContract(t *testing.T) {
+	r := newRenderer(t)
+	for _, f := range loadFixtures(t) {
+		c := f.cluster
+		err := chartcontract.Check(render(t, r, f.release(), f.values), chartcontract.Contract{
+			Name: c.Name, Namespace: c.Namespace,
+			SelectorLabels:      map[string]string{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name},
+			MembershipConfigMap: values.MembershipConfigMapName(c.Name),
+			Ephemeral:           c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral,
+		})
+		if err != nil {
+			t.Errorf("%s: %v", f.name, err)
+		}
+	}
+}
