@@ -60,6 +60,9 @@ const defaultLocalDir = ".local"
 // when --operator-binary is not given.
 const operatorBinaryName = "etcd-pilot"
 
+// readProbe reads who runs up and what the kernel allows (tests replace it).
+var readProbe = userns.ReadProbe
+
 // localControlTimeout bounds a control request (stopping a node waits for its pods to die).
 const localControlTimeout = 2 * time.Minute
 
@@ -194,7 +197,7 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 		return 0, fmt.Errorf("a local cluster is already running in %s (pid %d); stop it with: %s down%s", *dirFlag, st.Pid, os.Args[0], dirArg(*dirFlag))
 	}
 	// Before building anything: a user other than root needs a user namespace.
-	probe := userns.ReadProbe()
+	probe := readProbe()
 	mode, err := userns.Check(probe)
 	if err != nil {
 		return 0, err

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	etcdpilotv1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/userns"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
 )
 
@@ -54,7 +57,54 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(ShimFailedExitCode)
 	}
+	if os.Geteuid() != 0 && !userns.Inside() {
+		if code, err := runInUserNamespace(); err == nil {
+			os.Exit(code)
+		} else {
+			noNamespaces = err.Error()
+		}
+	}
 	os.Exit(run(m))
+}
+
+// noNamespaces says why the tests cannot create mount namespaces ("" when they can); the
+// tests that run shims skip with it.
+var noNamespaces string
+
+// needNamespaces skips t when the tests cannot create mount namespaces.
+func needNamespaces(t *testing.T) {
+	t.Helper()
+	if noNamespaces != "" {
+		t.Skipf("runs shims, which need mount namespaces: %s", noNamespaces)
+	}
+}
+
+// runInUserNamespace runs this test binary again, with the same arguments, in a user namespace
+// mapping this user to root and a mount namespace of its own, as the local cluster runs for a
+// user other than root, and returns its exit code. It fails when no user namespace is to be
+// had, saying why.
+func runInUserNamespace() (int, error) {
+	probe := userns.ReadProbe()
+	if _, err := userns.Check(probe); err != nil {
+		return 0, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(exe, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	userns.Apply(cmd.SysProcAttr, probe)
+	if err := cmd.Start(); err != nil {
+		return 0, userns.Explain(probe, err)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return max(exit.ExitCode(), 1), nil // -1 when killed by a signal
+	}
+	return 0, err
 }
 
 func run(m *testing.M) int {
@@ -172,6 +222,7 @@ type testNode struct {
 // heartbeats, and stops it when the test ends.
 func startNode(t *testing.T, ns string, tweak ...func(*Config)) *testNode {
 	t.Helper()
+	needNamespaces(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
