@@ -248,9 +248,27 @@ func failureReason(f backup.Failure) string {
 	}
 }
 
+// setComplete sets Complete, and Reconciling and Stalled from the phase, which the caller sets
+// first: Reconciling is True while the backup is pending or running, Stalled once it failed
+// for good (kstatus: InProgress, then Current or Failed). Both carry Complete's reason and
+// message.
 func setComplete(b *v1alpha1.EtcdBackup, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: status,
-		Reason: reason, Message: msg, ObservedGeneration: b.Generation})
+	conds := []metav1.Condition{
+		{Type: v1alpha1.ConditionComplete, Status: status, Reason: reason, Message: msg},
+		{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionFalse, Reason: reason, Message: msg},
+		{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotStalled, Message: "the backup did not fail"},
+	}
+	switch b.Status.Phase {
+	case v1alpha1.BackupFailed:
+		conds[2].Status, conds[2].Reason, conds[2].Message = metav1.ConditionTrue, reason, msg
+	case v1alpha1.BackupSucceeded:
+	default:
+		conds[1].Status = metav1.ConditionTrue
+	}
+	for _, c := range conds {
+		c.ObservedGeneration = b.Generation
+		meta.SetStatusCondition(&b.Status.Conditions, c)
+	}
 }
 
 // pending keeps the backup waiting, up to backupPendingTimeout after its creation.

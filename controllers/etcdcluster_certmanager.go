@@ -127,21 +127,21 @@ func certManagerCertificate(c *v1alpha1.EtcdCluster, l certManagerLeaf, renewBef
 // certManagerProblem says why the Secret cert-manager keeps for l cannot be used ("" when it
 // can): missing, invalid, or not naming what the Certificate asks for. cert is the live
 // Certificate (nil if just created), for its Ready condition; m is the Secret's material.
-func certManagerProblem(namespace string, l certificates.Leaf, cert *unstr.Unstructured, m certificates.Material, found bool, now time.Time) string {
+func certManagerProblem(namespace string, l certificates.Leaf, cert *unstr.Unstructured, m certificates.Material, found bool, now time.Time) (problem string, waits bool) {
 	where := fmt.Sprintf("Secret %s/%s of Certificate %s/%s", namespace, l.Secret, namespace, l.Secret)
 	switch {
 	case !found:
-		return fmt.Sprintf("%s does not exist yet: cert-manager has not issued it (%s)", where, readyText(cert))
+		return fmt.Sprintf("%s does not exist yet: cert-manager has not issued it (%s)", where, readyText(cert)), true
 	default:
 		if err := certs.Verify(certs.KeyPair{Cert: m.Cert, Key: m.Key}, m.CA, l.Request.Server, l.Request.Client, now); err != nil {
-			return fmt.Sprintf("%s cannot be used: %v (it needs tls.crt, tls.key and ca.crt with the issuer's CA; %s)", where, err, readyText(cert))
+			return fmt.Sprintf("%s cannot be used: %v (it needs tls.crt, tls.key and ca.crt with the issuer's CA; %s)", where, err, readyText(cert)), false
 		}
 		leaf, _ := certs.Parse(m.Cert)
 		if !certs.Covers(leaf, l.Request) {
-			return fmt.Sprintf("%s does not name everything the Certificate asks for yet (common name %s, DNS names and IP addresses of the members): cert-manager issues it again (%s)", where, l.Request.CommonName, readyText(cert))
+			return fmt.Sprintf("%s does not name everything the Certificate asks for yet (common name %s, DNS names and IP addresses of the members): cert-manager issues it again (%s)", where, l.Request.CommonName, readyText(cert)), true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // readyText is a Certificate's Ready condition, for messages.
@@ -178,6 +178,7 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 	_, renewBefore := leafTimes(c)
 	keep := map[string]bool{}
 	var problems []string
+	waits := true
 	material := map[string]certificates.Material{}
 	var expiries []certificates.Expiry
 	for _, l := range leaves {
@@ -190,8 +191,9 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 		if err != nil {
 			return nil, nil, err
 		}
-		if p := certManagerProblem(c.Namespace, l.leaf, live, m, found, now); p != "" {
+		if p, w := certManagerProblem(c.Namespace, l.leaf, live, m, found, now); p != "" {
 			problems = append(problems, p)
+			waits = waits && w
 			continue
 		}
 		material[l.leaf.Secret] = m
@@ -208,7 +210,7 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 		}
 	}
 	if len(problems) > 0 {
-		return nil, nil, &TLSError{Msg: strings.Join(problems, "; ")}
+		return nil, nil, &TLSError{Msg: strings.Join(problems, "; "), Waits: waits}
 	}
 	return material, expiries, nil
 }

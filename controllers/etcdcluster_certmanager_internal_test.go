@@ -183,19 +183,24 @@ func TestCertManagerProblem(t *testing.T) {
 		m     certificates.Material
 		found bool
 		want  []string // "" for none
+		// waits: cert-manager is expected to fix it by itself (Reconciling, not Stalled).
+		waits bool
 	}{
-		{name: "just created, no Secret", want: []string{"Secret ns/etcd-peer-tls of Certificate ns/etcd-peer-tls does not exist yet", "Certificate just created"}},
-		{name: "no Secret, not ready", cert: notReady, want: []string{"does not exist yet", "Ready=False, DoesNotExist: Issuing certificate as Secret does not exist"}},
-		{name: "no Secret, no status", cert: &unstr.Unstructured{Object: map[string]any{}}, want: []string{"is cert-manager's controller running?"}},
+		{name: "just created, no Secret", want: []string{"Secret ns/etcd-peer-tls of Certificate ns/etcd-peer-tls does not exist yet", "Certificate just created"}, waits: true},
+		{name: "no Secret, not ready", cert: notReady, want: []string{"does not exist yet", "Ready=False, DoesNotExist: Issuing certificate as Secret does not exist"}, waits: true},
+		{name: "no Secret, no status", cert: &unstr.Unstructured{Object: map[string]any{}}, want: []string{"is cert-manager's controller running?"}, waits: true},
 		{name: "usable", cert: notReady, m: good, found: true},
 		{name: "no ca.crt", m: certificates.Material{Cert: good.Cert, Key: good.Key}, found: true, want: []string{"cannot be used", "no CA"}},
 		{name: "another CA in ca.crt", m: certificates.Material{Cert: good.Cert, Key: good.Key, CA: other.Cert}, found: true, want: []string{"cannot be used"}},
 		{name: "key of another certificate", m: certificates.Material{Cert: good.Cert, Key: issue(ca, req).Key, CA: ca.Cert}, found: true, want: []string{"cannot be used", "do not match"}},
 		{name: "server usage only", m: issue(ca, serverOnly), found: true, want: []string{"cannot be used"}},
-		{name: "names not yet covered", cert: notReady, m: issue(ca, fewerNames), found: true, want: []string{"does not name everything", "cert-manager issues it again", "Ready=False"}},
+		{name: "names not yet covered", cert: notReady, m: issue(ca, fewerNames), found: true, want: []string{"does not name everything", "cert-manager issues it again", "Ready=False"}, waits: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := certManagerProblem("ns", leaf, tc.cert, tc.m, tc.found, now)
+			got, waits := certManagerProblem("ns", leaf, tc.cert, tc.m, tc.found, now)
+			if waits != tc.waits {
+				t.Fatalf("waits %v, want %v (problem %q)", waits, tc.waits, got)
+			}
 			if len(tc.want) == 0 {
 				if got != "" {
 					t.Fatalf("problem %q, want none", got)

@@ -331,12 +331,23 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	recordObservedMetrics(c, obs, backupErr)
 
 	switch {
-	case applyErr != nil:
+	case applyErr != nil && !applyStalls(applyErr):
 		return ctrl.Result{}, applyErr
 	case memberErr != nil:
 		return ctrl.Result{}, memberErr
 	case backupErr != nil:
 		return ctrl.Result{}, backupErr
+	}
+	// The pass finished on this generation: it acted on the spec, waits, or cannot act on it
+	// and says so in Stalled. Only an error retried above leaves observedGeneration behind
+	// (kstatus reads a generation not observed as InProgress, whatever Stalled says).
+	c.Status.ObservedGeneration = c.Generation
+	switch {
+	case applyErr != nil:
+		// Refused as invalid or forbidden: the same object would be refused again. A new spec
+		// starts a pass; a policy, quota or permission fixed meanwhile is seen on the next look.
+		logger.Info("the API server refuses a rendered object; looking again in a while", "error", applyErr.Error())
+		return ctrl.Result{RequeueAfter: RequeueSettled}, nil
 	case isTLSError(specErr):
 		// The user's Secrets are not watched: look again after a while.
 		logger.Info("TLS is not ready; looking again", "error", specErr.Error())

@@ -499,8 +499,10 @@ func TestChartValuesTheChartRefusesAreReported(t *testing.T) {
 	if !contains(msg, "spec.chart.values") || !contains(msg, "terminationGracePeriodSeconds") {
 		t.Fatalf("the condition does not say what to fix: %q", msg)
 	}
-	if c.Status.ObservedGeneration == c.Generation {
-		t.Fatalf("observedGeneration advanced on a failed pass")
+	// The pass finished on this generation by refusing it (Stalled): observedGeneration
+	// records it, so kstatus reads Failed rather than a generation not yet observed.
+	if c.Status.ObservedGeneration != c.Generation || condition(c, v1alpha1.ConditionStalled) != "True/"+v1alpha1.ReasonInvalidSpec {
+		t.Fatalf("observedGeneration %d, generation %d, Stalled %s", c.Status.ObservedGeneration, c.Generation, condition(c, v1alpha1.ConditionStalled))
 	}
 	// Nothing was applied or pruned from the invalid spec.
 	if err := getObject(ns, "etcd", &policyv1.PodDisruptionBudget{}); err != nil {

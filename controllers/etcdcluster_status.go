@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -261,19 +262,22 @@ func memberStatuses(o etcd.Observed) (members []v1alpha1.MemberStatus, leaderNam
 	return members, leaderName, leaderID, lowest
 }
 
-// conditions computes Available, Progressing, Degraded, Ready and EphemeralStorage.
+// conditions computes Available, Progressing, Degraded, Ready, Reconciling, Stalled and
+// EphemeralStorage (and BackupReady with spec.backup).
 func conditions(o observation) []metav1.Condition {
 	avail := availableCondition(o)
 	prog := progressingCondition(o)
 	degr := degradedCondition(o, prog)
 	ready := readyCondition(o, avail, prog, degr)
+	stalled := stalledCondition(o, degr)
+	reconciling := reconcilingCondition(o, avail, prog, degr, ready, stalled)
 	eph := metav1.Condition{Type: v1alpha1.ConditionEphemeralStorage, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonPersistentVolumes, Message: "members keep their data on PersistentVolumeClaims"}
 	if o.ephemeral {
 		eph = metav1.Condition{Type: v1alpha1.ConditionEphemeralStorage, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonEmptyDir,
 			Message: "storage.ephemeral is set: members keep their data in emptyDir volumes and lose it when their pod is deleted; do not keep data you need here"}
 	}
-	conds := []metav1.Condition{avail, prog, degr, ready, eph}
+	conds := []metav1.Condition{avail, prog, degr, ready, reconciling, stalled, eph}
 	if o.backupCond != nil {
 		conds = append(conds, *o.backupCond)
 	}
@@ -437,6 +441,10 @@ func specErrReason(err error) string {
 	if isTLSError(err) {
 		return v1alpha1.ReasonTLSNotReady
 	}
+	var ce *chartcontract.Error
+	if errors.As(err, &ce) {
+		return v1alpha1.ReasonChartContractBroken
+	}
 	return v1alpha1.ReasonInvalidSpec
 }
 
@@ -475,6 +483,69 @@ func readyCondition(o observation, avail, prog, degr metav1.Condition) metav1.Co
 	return c
 }
 
+// stalledCondition is Stalled: True, with Degraded's reason and message, when Degraded is
+// True for a cause the operator does not get past without the user (see v1alpha1.Stalls and
+// stalls).
+func stalledCondition(o observation, degr metav1.Condition) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotStalled,
+		Message: "nothing waits for the user"}
+	switch {
+	case degr.Status != metav1.ConditionTrue:
+	case stalls(o, degr.Reason):
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, degr.Reason, degr.Message
+	default:
+		c.Message = fmt.Sprintf("Degraded (%s) clears without the user: the operator waits for it or acts on it", degr.Reason)
+	}
+	return c
+}
+
+// stalls reports whether Degraded's reason, given o, needs the user. Degraded gives the spec's
+// error first, then the apply's, so reason is theirs when they are set.
+func stalls(o observation, reason string) bool {
+	switch {
+	case o.specErr != nil:
+		// Only cert-manager issuing a Secret clears by itself.
+		var te *TLSError
+		return !errors.As(o.specErr, &te) || !te.Waits
+	case o.applyErr != nil:
+		return applyStalls(o.applyErr)
+	}
+	return v1alpha1.Stalls[reason]
+}
+
+// applyStalls reports whether the API server refused a rendered object for a reason a retry
+// does not change: the object is invalid (a field the chart rendered from the spec, an
+// immutable field the spec changed), or the request is forbidden (admission policy, quota,
+// the operator's RBAC). Conflicts, timeouts and unavailable servers are retried.
+func applyStalls(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
+}
+
+// reconcilingCondition is Reconciling: True while the cluster is not Ready and the operator
+// works on it, with the reason and message of the condition that says why (Progressing,
+// else Degraded, else Available); False when Ready, paused or Stalled. Outside spec.paused,
+// exactly one of Ready, Reconciling and Stalled is True.
+func reconcilingCondition(o observation, avail, prog, degr, ready, stalled metav1.Condition) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionTrue}
+	switch {
+	case stalled.Status == metav1.ConditionTrue:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, stalled.Reason, "the operator cannot go on without the user: see Stalled"
+	case o.paused:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonPaused, "spec.paused is set: the operator changes nothing and only reports status"
+	case prog.Status == metav1.ConditionTrue:
+		c.Reason, c.Message = prog.Reason, prog.Message
+	case degr.Status == metav1.ConditionTrue:
+		c.Reason, c.Message = degr.Reason, degr.Message
+	case avail.Status != metav1.ConditionTrue:
+		c.Reason, c.Message = avail.Reason, avail.Message
+	case ready.Status != metav1.ConditionTrue:
+		c.Reason, c.Message = ready.Reason, ready.Message
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonReconciled, "the cluster matches the spec"
+	}
+	return c
+}
+
 // wasAvailable reports whether the cluster has formed before: then missing members are a
 // degradation, not a creation in progress.
 func wasAvailable(c *v1alpha1.EtcdCluster) bool {
@@ -502,8 +573,12 @@ func conditionTransitions(before, after []metav1.Condition) []transition {
 		if b == nil && a.Status == metav1.ConditionFalse && a.Type != v1alpha1.ConditionAvailable && a.Type != v1alpha1.ConditionReady {
 			continue // a condition that starts False (not Degraded, not Progressing) is no news
 		}
+		if a.Type == v1alpha1.ConditionReconciling {
+			continue // it repeats Progressing, Degraded or Available, whose transitions are events
+		}
 		t := transition{cond: a, eventType: "Normal"}
 		bad := (a.Type == v1alpha1.ConditionDegraded && a.Status == metav1.ConditionTrue) ||
+			(a.Type == v1alpha1.ConditionStalled && a.Status == metav1.ConditionTrue) ||
 			(a.Type == v1alpha1.ConditionAvailable && a.Status == metav1.ConditionFalse && b != nil) ||
 			(a.Type == v1alpha1.ConditionEphemeralStorage && a.Status == metav1.ConditionTrue)
 		if bad {

@@ -16,6 +16,31 @@ const (
 	ConditionEphemeralStorage = "EphemeralStorage"
 )
 
+// The conditions kstatus reads (sigs.k8s.io/cli-utils/pkg/kstatus, the library behind kpt,
+// Flux's health checks and cli-utils' apply waiters). kstatus computes one status per object:
+// InProgress while status.observedGeneration differs from metadata.generation, else Failed
+// when Stalled is True, InProgress when Reconciling is True, else Current when Ready is True
+// and InProgress when it is False. Both follow kstatus's abnormal-true polarity; etcd-pilot
+// always writes them, False when they do not apply, so `kubectl wait
+// --for=condition=Stalled=false` and the like work too. Outside spec.paused exactly one of
+// Ready, Reconciling and Stalled is True.
+const (
+	// ConditionReconciling is True while the operator works towards the spec and the cluster
+	// is not Ready yet: a change is under way (Progressing: forming, scaling, a rollout or
+	// upgrade, a TLS switch, a CA rotation, a restore), or something it waits out or acts on by
+	// itself (members starting, unhealthy or lost, a quorum coming back, cert-manager issuing
+	// a certificate, an API error it retries). Its reason and message are those of Progressing
+	// when that is True, else of Degraded, else of Available. kstatus: InProgress.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the operator cannot get further without the user: a spec it
+	// cannot act on (InvalidSpec, VersionRefused, a TLS Secret that is missing or unusable, an
+	// object the API server refuses as invalid or forbidden), or Degraded for a reason Stalls
+	// marks (something a person must decide, delete or fix, or a wait past its deadline).
+	// Its reason and message are Degraded's. It clears by itself once the cause is gone; the
+	// operator keeps looking. kstatus: Failed. Reconciling is False while Stalled is True.
+	ConditionStalled = "Stalled"
+)
+
 // Condition reasons.
 const (
 	// ReasonQuorumAvailable : a quorum of members is ready.
@@ -36,6 +61,10 @@ const (
 	ReasonAsExpected = "AsExpected"
 	// ReasonInvalidSpec : the spec cannot be turned into a valid render.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonChartContractBroken : the chart (spec.chart.source) or spec.chart.patches render
+	// objects without what the operator relies on; the message lists every missing term.
+	// Nothing of the render is applied until it is fixed.
+	ReasonChartContractBroken = "ChartContractBroken"
 	// ReasonTLSNotReady : spec.tls cannot be served yet: a Secret the user provides is missing
 	// or invalid, the CA Secret cannot be read, or (source CertManager) cert-manager is not
 	// installed or has not written a valid Secret for a Certificate yet. Nothing is applied
@@ -66,6 +95,10 @@ const (
 	ReasonProgressing = "Progressing"
 	// ReasonDegraded : Ready is False because the cluster is Degraded.
 	ReasonDegraded = "Degraded"
+
+	// ReasonNotStalled : Stalled is False: nothing waits for the user (Degraded, if True, clears
+	// without the user).
+	ReasonNotStalled = "NotStalled"
 
 	// ReasonEmptyDir : storage.ephemeral is set.
 	ReasonEmptyDir = "EmptyDirVolumes"
@@ -261,4 +294,45 @@ var ReasonEffects = map[string]Effect{
 	ReasonEnablingAuth:        EffectProgresses,
 	ReasonDisablingAuth:       EffectProgresses,
 	ReasonAuthLockedOut:       EffectDegrades,
+}
+
+// Stalls says, for every reason that degrades, whether it also stalls (Stalled=True, kstatus
+// Failed): the operator does not get past it without the user (a person must decide, delete
+// or fix something), or a deadline for progress ran out and the operator stopped. false: the
+// operator gets past it by itself (members come back, it replaces a learner or recovers from
+// a NOSPACE alarm), and the cluster is Reconciling meanwhile. Every reason ReasonEffects marks
+// EffectDegrades is listed. Reasons of a spec that cannot be acted on (InvalidSpec,
+// VersionRefused, TLSNotReady, ApplyFailed) are decided where they arise: a TLS Secret
+// cert-manager has not issued yet, and an API error other than invalid or forbidden, do not
+// stall.
+var Stalls = map[string]bool{
+	ReasonEtcdUnreachable: false,
+	ReasonQuorumLost:      false,
+	ReasonQuorumAtRisk:    false,
+	ReasonInvalidIntent:   false,
+	// The operator removes the learner and adds it again.
+	ReasonLearnerNeverStarted: false,
+	// The recovery compacts, defragments and disarms by itself; when the data does not fit
+	// the message says so, but the reason is the same as while the recovery waits for a
+	// leader or a member.
+	ReasonNoSpaceAlarm: false,
+
+	ReasonSplitBrain:     true,
+	ReasonUnknownMember:  true,
+	ReasonPodNotMember:   true,
+	ReasonStaleVolume:    true,
+	ReasonPodNotCreated:  true,
+	ReasonUpgradeStalled: true,
+	ReasonCorruptAlarm:   true,
+	ReasonAuthLockedOut:  true,
+
+	// An upgrade waits for its backup, which failed: delete the EtcdBackup to take it again.
+	// A scheduled backup that failed for good stalls too until a newer one succeeds.
+	ReasonBackupFailed:    true,
+	ReasonInvalidSchedule: true,
+	ReasonBackupOverdue:   true,
+
+	ReasonRestoreFailed:            true,
+	ReasonDisasterRecoveryRequired: true,
+	ReasonNoBackupToRestore:        true,
 }

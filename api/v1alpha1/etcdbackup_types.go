@@ -204,7 +204,9 @@ type EtcdBackupStatus struct {
 	// +optional
 	Location string `json:"location,omitempty"`
 
-	// Conditions: Complete (True once succeeded; False with the reason when failed).
+	// Conditions: Complete (True once succeeded; False with the reason while pending,
+	// running or failed); Reconciling (True while pending or running) and Stalled (True once
+	// failed for good) as kstatus reads them.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -1,0 +1,278 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+// kstatusOf is what kstatus (the library behind kpt, Flux's health checks and cli-utils'
+// apply waiters) computes for obj.
+func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *status.Result {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstr.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	res, err := status.Compute(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// clusterAfterPass is an EtcdCluster at generation 2 after a pass over o. observed says
+// whether the pass finished (observedGeneration 2) or a pass for generation 1 is the last
+// that did.
+func clusterAfterPass(o observation, observed bool, paused bool) *v1alpha1.EtcdCluster {
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 2}}
+	c.Spec.Paused = paused
+	o.generation, o.paused = 2, paused
+	setStatus(c, o, topology{selector: labels.Everything()})
+	c.Status.ObservedGeneration = 1
+	if observed {
+		c.Status.ObservedGeneration = 2
+	}
+	return c
+}
+
+var clusterGVK = v1alpha1.GroupVersion.WithKind("EtcdCluster")
+
+// TestKstatusReadsTheClusterAsTheOperatorMeansIt runs kstatus itself on statuses the operator
+// writes.
+func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
+	healthy := func() observation {
+		return observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, etcd: cluster(3, 1, nil, nil)}
+	}
+	with := func(f func(*observation)) observation { o := healthy(); f(&o); return o }
+	step := func(kind plan.Kind, reason, msg string) func(*observation) {
+		return func(o *observation) { o.membership = &plan.Step{Kind: kind, Reason: reason, Message: msg} }
+	}
+	invalid := errors.New(`spec.chart.values: terminationGracePeriodSeconds must be at least 1`)
+	gr := schema.GroupResource{Group: "apps", Resource: "statefulsets"}
+	tests := []struct {
+		name     string
+		o        observation
+		observed bool // observedGeneration == generation
+		paused   bool
+		deleting bool
+		// want is kstatus's status; reason the reason kstatus reports from Reconciling or
+		// Stalled ("" when it reads Ready).
+		want   status.Status
+		reason string
+	}{
+		{name: "available and done", o: healthy(), observed: true, want: status.CurrentStatus},
+		{name: "generation bumped, not observed yet", o: healthy(), want: status.InProgressStatus, reason: "LatestGenerationNotObserved"},
+		{name: "just created, nothing applied yet", o: observation{specReplicas: 3}, observed: true,
+			want: status.InProgressStatus, reason: v1alpha1.ReasonCreating},
+		{name: "members forming", o: observation{specReplicas: 3, sts: sts(3, 1, 3), etcdAsked: true}, observed: true,
+			want: status.InProgressStatus, reason: v1alpha1.ReasonCreating},
+		{name: "mid-upgrade: a member restarting onto the new template", observed: true,
+			o:    with(step(plan.Wait, v1alpha1.ReasonMemberRestarting, "member etcd-1 restarted on the new pod template and is not back yet")),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonMemberRestarting},
+		{name: "mid-upgrade: restarting the next member", observed: true,
+			o:    with(step(plan.DeletePod, v1alpha1.ReasonRollingOut, "restarting etcd-2 onto the new pod template")),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonRollingOut},
+		{name: "scale-out: learner catching up", observed: true,
+			o:    with(step(plan.Wait, v1alpha1.ReasonLearnerCatchingUp, "learner etcd-3 is catching up")),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonLearnerCatchingUp},
+		{name: "peer TLS switch", observed: true,
+			o: with(func(o *observation) {
+				o.peerSwitch = &peerSwitch{}
+				o.peerSwitch.decision.Message = "restarting the members onto the transition listener"
+			}),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonSwitchingPeerTLS},
+		{name: "a member down: the operator waits for it", o: with(func(o *observation) { o.etcd = cluster(3, 1, []uint64{3}, nil) }), observed: true,
+			want: status.InProgressStatus, reason: v1alpha1.ReasonMembersUnhealthy},
+		{name: "quorum lost: members may come back", observed: true,
+			o:    with(func(o *observation) { o.etcd, o.etcdErr, o.reached = nil, errors.New("context deadline exceeded"), 1 }),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonQuorumLost},
+		{name: "invalid spec", o: with(func(o *observation) { o.specErr = invalid }), observed: true,
+			want: status.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
+		{name: "invalid spec, paused", o: with(func(o *observation) { o.specErr = invalid }), observed: true, paused: true,
+			want: status.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
+		{name: "version below the cluster version", observed: true,
+			o:    with(func(o *observation) { o.specErr = fmt.Errorf("failed to render: %w", &values.VersionError{}) }),
+			want: status.FailedStatus, reason: v1alpha1.ReasonVersionRefused},
+		{name: "a TLS Secret the user provides is missing", observed: true,
+			o: with(func(o *observation) {
+				o.specErr = &TLSError{Msg: "Secret ns/peer (spec.tls.peer.secretName) does not exist"}
+			}),
+			want: status.FailedStatus, reason: v1alpha1.ReasonTLSNotReady},
+		{name: "cert-manager has not issued a Secret yet", observed: true,
+			o: with(func(o *observation) {
+				o.specErr = &TLSError{Msg: "Secret ns/etcd-peer-tls does not exist yet", Waits: true}
+			}),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonTLSNotReady},
+		{name: "the API server refuses a rendered object as invalid", observed: true,
+			o: with(func(o *observation) {
+				o.applyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "StatefulSet"}, "etcd", nil))
+			}),
+			want: status.FailedStatus, reason: v1alpha1.ReasonApplyFailed},
+		{name: "the API server is briefly unavailable: retried", // the pass ends in an error: generation not observed
+			o: with(func(o *observation) {
+				o.applyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewServiceUnavailable("etcdserver: leader changed"))
+			}),
+			want: status.InProgressStatus, reason: "LatestGenerationNotObserved"},
+		{name: "a conflict, observed by an earlier pass of this generation", observed: true,
+			o: with(func(o *observation) {
+				o.applyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewConflict(gr, "etcd", errors.New("the object has been modified")))
+			}),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonApplyFailed},
+		{name: "upgrade stalled", observed: true,
+			o:    with(step(plan.Wait, v1alpha1.ReasonUpgradeStalled, "member etcd-1 did not become healthy within 5m0s")),
+			want: status.FailedStatus, reason: v1alpha1.ReasonUpgradeStalled},
+		{name: "a stale volume blocks a scale-out", observed: true,
+			o:    with(step(plan.Wait, v1alpha1.ReasonStaleVolume, "volume claim of etcd-3 is left from a removed member")),
+			want: status.FailedStatus, reason: v1alpha1.ReasonStaleVolume},
+		{name: "a learner that never started is replaced by the operator", observed: true,
+			o:    with(step(plan.RemoveMember, v1alpha1.ReasonLearnerNeverStarted, "learner etcd-3 did not start within 5m0s; removing it")),
+			want: status.InProgressStatus, reason: v1alpha1.ReasonLearnerNeverStarted},
+		{name: "paused and healthy", o: healthy(), observed: true, paused: true, want: status.CurrentStatus},
+		{name: "being deleted", o: healthy(), observed: true, deleting: true, want: status.TerminatingStatus},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := clusterAfterPass(tt.o, tt.observed, tt.paused)
+			if tt.deleting {
+				now := metav1.Now()
+				c.DeletionTimestamp = &now
+			}
+			res := kstatusOf(t, c, clusterGVK)
+			if res.Status != tt.want {
+				t.Fatalf("kstatus %s (%s), want %s; conditions %+v", res.Status, res.Message, tt.want, c.Status.Conditions)
+			}
+			reason := ""
+			if len(res.Conditions) > 0 {
+				reason = res.Conditions[0].Reason
+			}
+			if reason != tt.reason {
+				t.Fatalf("kstatus %s with reason %q, want %q (%s)", res.Status, reason, tt.reason, res.Message)
+			}
+			// Outside spec.paused exactly one of Ready, Reconciling and Stalled is True.
+			if !tt.paused {
+				var trueOnes []string
+				for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled} {
+					if meta.IsStatusConditionTrue(c.Status.Conditions, typ) {
+						trueOnes = append(trueOnes, typ)
+					}
+				}
+				if len(trueOnes) != 1 {
+					t.Fatalf("True: %v, want exactly one of Ready, Reconciling, Stalled; conditions %+v", trueOnes, c.Status.Conditions)
+				}
+			}
+			// Stalled carries Degraded's reason and message; Reconciling, when True, those of
+			// the condition that says why.
+			if s := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionStalled); s.Status == metav1.ConditionTrue {
+				d := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded)
+				if s.Reason != d.Reason || s.Message != d.Message || s.Message == "" {
+					t.Fatalf("Stalled %s: %q, Degraded %s: %q", s.Reason, s.Message, d.Reason, d.Message)
+				}
+			}
+		})
+	}
+}
+
+// TestEveryDegradingReasonSaysWhetherItStalls: each reason that degrades says once, in
+// v1alpha1.Stalls, whether the operator gets past it by itself.
+func TestEveryDegradingReasonSaysWhetherItStalls(t *testing.T) {
+	for reason, effect := range v1alpha1.ReasonEffects {
+		if _, ok := v1alpha1.Stalls[reason]; effect == v1alpha1.EffectDegrades && !ok {
+			t.Errorf("reason %s degrades and is not in v1alpha1.Stalls", reason)
+		}
+	}
+	for reason := range v1alpha1.Stalls {
+		if v1alpha1.ReasonEffects[reason] != v1alpha1.EffectDegrades {
+			t.Errorf("v1alpha1.Stalls lists %s, which does not degrade (%q)", reason, v1alpha1.ReasonEffects[reason])
+		}
+	}
+}
+
+// TestStalledIsAWarningAndReconcilingNoEvent: Stalled becoming True is a Warning event and
+// clearing it a Normal one; Reconciling repeats other conditions and gives none.
+func TestStalledIsAWarningAndReconcilingNoEvent(t *testing.T) {
+	healthy := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)}
+	stalled := healthy
+	stalled.specErr = errors.New("spec.chart.values: bad")
+	rolling := healthy
+	rolling.membership = &plan.Step{Kind: plan.DeletePod, Reason: v1alpha1.ReasonRollingOut, Message: "restarting etcd-0"}
+	kinds := func(before, after observation) map[string]string {
+		out := map[string]string{}
+		for _, tr := range conditionTransitions(conditions(before), conditions(after)) {
+			out[tr.cond.Type] = tr.eventType
+		}
+		return out
+	}
+	if k := kinds(healthy, stalled); k[v1alpha1.ConditionStalled] != "Warning" {
+		t.Fatalf("Stalled True: events %v", k)
+	}
+	if k := kinds(stalled, healthy); k[v1alpha1.ConditionStalled] != "Normal" {
+		t.Fatalf("Stalled cleared: events %v", k)
+	}
+	if k := kinds(healthy, rolling); k[v1alpha1.ConditionReconciling] != "" || k[v1alpha1.ConditionProgressing] != "Normal" {
+		t.Fatalf("a rollout: events %v", k)
+	}
+	// A new cluster's Reconciling and Stalled start without an event.
+	for typ := range kinds(observation{}, observation{specReplicas: 3}) {
+		if typ == v1alpha1.ConditionStalled || typ == v1alpha1.ConditionReconciling {
+			t.Fatalf("a new cluster's %s gave an event", typ)
+		}
+	}
+}
+
+// TestKstatusReadsTheBackupAsTheOperatorMeansIt: an EtcdBackup is InProgress while pending or
+// running, Current once stored, Failed once it failed for good.
+func TestKstatusReadsTheBackupAsTheOperatorMeansIt(t *testing.T) {
+	r := &EtcdBackupReconciler{}
+	gvk := v1alpha1.GroupVersion.WithKind("EtcdBackup")
+	for _, tc := range []struct {
+		name string
+		do   func(b *v1alpha1.EtcdBackup)
+		want status.Status
+	}{
+		{"created", func(*v1alpha1.EtcdBackup) {}, status.CurrentStatus}, // no status yet: kstatus cannot tell
+		{"pending", func(b *v1alpha1.EtcdBackup) {
+			_, _ = r.pending(b, b.CreationTimestamp.Time, v1alpha1.ReasonNoHealthyMember, "no member answered")
+		}, status.InProgressStatus},
+		{"running", func(b *v1alpha1.EtcdBackup) { r.running(b, b.CreationTimestamp.Time, "etcd-0", "s3://b/k") }, status.InProgressStatus},
+		{"retrying", func(b *v1alpha1.EtcdBackup) {
+			r.running(b, b.CreationTimestamp.Time, "etcd-0", "s3://b/k")
+			_, _ = r.retry(b, b.CreationTimestamp.Time, v1alpha1.ReasonUploadFailed, "connection reset")
+		}, status.InProgressStatus},
+		{"failed", func(b *v1alpha1.EtcdBackup) {
+			_, _ = r.fail(b, b.CreationTimestamp.Time, v1alpha1.ReasonCredentialsInvalid, "Secret ns/s3 lacks accessKeyID")
+		}, status.FailedStatus},
+		{"succeeded", func(b *v1alpha1.EtcdBackup) {
+			r.running(b, b.CreationTimestamp.Time, "etcd-0", "s3://b/k")
+			r.succeed(b, backupReport(), &v1alpha1.EtcdCluster{})
+		}, status.CurrentStatus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", Generation: 1, CreationTimestamp: metav1.Now()}}
+			tc.do(b)
+			if res := kstatusOf(t, b, gvk); res.Status != tc.want {
+				t.Fatalf("kstatus %s (%s), want %s; conditions %+v", res.Status, res.Message, tc.want, b.Status.Conditions)
+			}
+		})
+	}
+}
+
+func backupReport() backup.Report {
+	return backup.Report{Size: 20480, SHA256: "ab", Revision: 42, Version: "3.6.16", Member: "etcd-0", Location: "s3://b/k"}
+}
