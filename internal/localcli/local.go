@@ -49,6 +49,10 @@ Usage: etcd-pilot-local up|exec|down|node|kill-pod|operator|image
                                               back to the default mapping (bin/etcd/vVERSION)
   etcd-pilot-local version                    print the version
 
+Run by a user other than root, the cluster runs in a user namespace of its own that maps the
+user to root (the kernel must allow unprivileged user namespaces; up says which setting to
+change when it does not); everything it writes belongs to the user.
+
 DIR defaults to .local. The operator (--operator-binary) defaults to etcd-pilot next to this
 binary, as make build puts both into bin/; it runs as the operator and as the operator's image.
 `

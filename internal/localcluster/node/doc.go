@@ -2,7 +2,8 @@
 // container runtime. It registers a Node, renews its Lease, and runs the containers of the pods
 // bound to it as local processes, each in a private mount namespace where the image's folder
 // and the pod's volumes are bind-mounted where the pod spec expects them (see ShimMain). It
-// needs the rights to create mount namespaces (root).
+// needs the rights to create mount namespaces: root, or the root of a user namespace (the
+// local cluster of a user other than root runs in one, see package userns).
 //
 // What it does, as the kubelet does it: pod IPs (127.x.y.z, one per pod, see IPAllocator) and
 // DNS names published through a NameView before any process starts; command, args and env
@@ -17,7 +18,9 @@
 //
 // A mount point missing on the machine is created there (see ShimMain): the first container
 // with the default terminationMessagePath leaves an empty /dev/termination-log on the
-// machine, which no container writes to.
+// machine, which no container writes to. In a user namespace, where the machine's folders
+// cannot be written, it is created in a tmpfs copy of its folder that only the container's
+// mount namespace sees, and nothing is left on the machine.
 //
 // The image folder appears at /usr/local/bin in the process's view, where images keep their
 // programs, and also replaces the directory of an absolute command elsewhere, unless that
@@ -27,7 +30,7 @@
 // files, or links that resolve outside the directories it covers.
 //
 // What it does not do: resource limits, security contexts (every process runs as the node's
-// user), sidecar (restartable) init containers, ephemeral containers, lifecycle hooks, gRPC
+// user, which in a user namespace is its root: the user who started the cluster), sidecar (restartable) init containers, ephemeral containers, lifecycle hooks, gRPC
 // probes, service environment variables (except the kubernetes Service's, which name the API
 // server itself: there is no kube-proxy), in-place updates of a pod's containers, refreshing
 // token and projected volumes after the pod started, and image entrypoints (a container must

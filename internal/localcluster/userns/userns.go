@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,12 +149,16 @@ func fixes(bs []blocker) string {
 	if len(sets) == 0 {
 		return "check that no security module (AppArmor, SELinux) or container runtime (its seccomp profile) forbids unprivileged user namespaces (`unshare --user --map-root-user --mount true` must succeed), or run it as root"
 	}
-	return "allow unprivileged user namespaces with `sudo sysctl -w " + strings.Join(sets, " ") +
-		"` (and the same settings in a file under /etc/sysctl.d/ to keep them after a reboot), or run it as root"
+	fix := "allow unprivileged user namespaces with `sudo sysctl -w " + strings.Join(sets, " ") +
+		"` (and the same settings in a file under /etc/sysctl.d/ to keep them after a reboot)"
+	if slices.ContainsFunc(bs, func(b blocker) bool { return strings.HasPrefix(b.set, AppArmorRestrict) }) {
+		fix += " or an AppArmor profile that allows userns to etcd-pilot-local"
+	}
+	return fix + ", or run it as root"
 }
 
 // needs says what the local cluster needs namespaces for, and who may create them.
-const needs = "the local cluster needs mount namespaces of its own (a private /etc/hosts, one mount view per pod), which root may create and any other user only inside a user namespace"
+const needs = "it needs mount namespaces of its own (a private /etc/hosts, one mount view per pod), which root may create and any other user only inside a user namespace"
 
 func unavailable(p Probe, why, fix string) error {
 	return fmt.Errorf("%w: %s; uid %d cannot have one: %s. To run it, %s", ErrUnavailable, needs, p.Euid, why, fix)

@@ -35,6 +35,7 @@ func TestCheck(t *testing.T) {
 		{name: "Ubuntu's AppArmor restriction", probe: user(map[string]string{MaxUserNamespaces: "63432", AppArmorRestrict: "1"}), mode: InUserNamespace, want: []string{
 			"kernel.apparmor_restrict_unprivileged_userns is 1 (AppArmor takes the capabilities of a user namespace away).",
 			"`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`",
+			"or an AppArmor profile that allows userns to etcd-pilot-local, or run it as root",
 		}},
 		{name: "two of them", probe: user(map[string]string{UnprivilegedClone: "0", MaxUserNamespaces: "0"}), mode: InUserNamespace, want: []string{
 			"kernel.unprivileged_userns_clone is 0; user.max_user_namespaces is 0.",
