@@ -119,9 +119,18 @@ func (r *EtcdClusterReconciler) createBackup(ctx context.Context, c *v1alpha1.Et
 	for k, v := range labels {
 		b.Labels[k] = v
 	}
-	if err := r.Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := r.Client.Create(ctx, b)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
 		return fmt.Errorf("failed to create EtcdBackup %s/%s: %w", c.Namespace, name, err)
 	}
+	why := "scheduled by spec.backup"
+	if v := labels[v1alpha1.LabelBackupBeforeUpgrade]; v != "" {
+		why = "before the upgrade to " + v
+	}
+	r.event(c, b, "Normal", "BackupCreated", "created EtcdBackup %s (%s)", name, why)
 	return nil
 }
 
@@ -163,7 +172,7 @@ func (r *EtcdClusterReconciler) retain(ctx context.Context, c *v1alpha1.EtcdClus
 		if err := r.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to delete EtcdBackup %s/%s: %w", b.Namespace, b.Name, err)
 		}
-		r.event(c, "Normal", "BackupDeleted", "retention deleted backup %s (%s)", b.Name, b.Status.Location)
+		r.event(c, b, "Normal", "BackupDeleted", "retention deleted backup %s (%s)", b.Name, b.Status.Location)
 	}
 	return nil
 }
@@ -302,9 +311,10 @@ func minorUpgrade(a, b string) bool {
 	return err1 == nil && err2 == nil && va.Less(vb) && va.MinorString() != vb.MinorString()
 }
 
-// event records an event on c when a recorder is set.
-func (r *EtcdClusterReconciler) event(c *v1alpha1.EtcdCluster, typ, reason, format string, args ...any) {
+// event records an event on c about the EtcdBackup b when a recorder is set (b is the related
+// object, so each backup's event is its own; see memberPod).
+func (r *EtcdClusterReconciler) event(c *v1alpha1.EtcdCluster, b *v1alpha1.EtcdBackup, typ, reason, format string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(c, nil, typ, reason, "Backup", format, args...)
+		r.Recorder.Eventf(c, b, typ, reason, "Backup", format, args...)
 	}
 }

@@ -207,11 +207,14 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 		return fmt.Errorf("failed to patch status of EtcdCluster %s/%s: %w", after.Namespace, after.Name, err)
 	}
 	for _, t := range conditionTransitions(before.Status.Conditions, after.Status.Conditions) {
-		r.Recorder.Eventf(after, nil, t.eventType, t.cond.Reason, "Transition", "%s is %s: %s", t.cond.Type, t.cond.Status, t.cond.Message)
+		// The condition's type is the action: the recorder merges events with the same type,
+		// reason and action into one series with the first one's note (see memberPod), and
+		// Stalled shares Degraded's reason.
+		r.Recorder.Eventf(after, nil, t.eventType, t.cond.Reason, t.cond.Type, "%s is %s: %s", t.cond.Type, t.cond.Status, t.cond.Message)
 	}
 	if n := after.Status.LeaderChanges - before.Status.LeaderChanges; n > 0 {
 		metricLeaderChanges.WithLabelValues(after.Namespace, after.Name).Add(float64(n))
-		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
+		r.Recorder.Eventf(after, memberPod(after.Namespace, after.Status.Leader), corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
 			after.Status.Leader, after.Status.LeaderID, before.Status.Leader, before.Status.LeaderID, after.Status.LeaderChanges)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	unstructuredv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -499,6 +500,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	}
 	countStep(c, a.Kind, err)
 	if err != nil {
+		// The next pass decides again from what it observes; the event keeps the attempt.
+		r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeWarning, a.Reason, string(a.Kind), "failed: %s: %v", a.Message, err)
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
 	switch a.Kind {
@@ -507,7 +510,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	case plan.Defragment:
 		r.compacted.defragmented(c.UID, a.ID)
 	}
-	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
+	r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
 	if a.Kind == plan.MoveLeader {
 		metricLeaderMoves.WithLabelValues(c.Namespace, c.Name).Inc()
 	}
@@ -515,6 +518,17 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 		r.AfterStep(string(a.Kind))
 	}
 	return nil
+}
+
+// memberPod is the pod of member name, as the related object of a step's event (nil when the
+// step names no member). The event recorder merges events about one object with the same type,
+// reason, action and related object into one series that shows the first one's note: without
+// it, a rollout's second member restart would show as the first's, counted twice.
+func memberPod(namespace, name string) runtime.Object {
+	if name == "" {
+		return nil
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 }
 
 // observedUID is the UID of the pod (or, with claim, of the data claim) of member as this

@@ -534,6 +534,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 	if err != nil {
 		// Nothing of this step is recorded: the pass's own status write must not store it.
 		c.Status = *before.Status.DeepCopy()
+		r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeWarning, a.Reason, string(a.Kind), "failed: %s: %v", a.Message, err)
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
 	evType := corev1.EventTypeNormal
@@ -541,7 +542,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		(a.Kind == restore.FinishRestore && c.Status.Restore.Cause == v1alpha1.RestoreCauseDisasterRecovery) {
 		evType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(c, nil, evType, a.Reason, string(a.Kind), "%s", a.Message)
+	r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), evType, a.Reason, string(a.Kind), "%s", a.Message)
 	if r.AfterStep != nil {
 		r.AfterStep(string(a.Kind))
 	}

@@ -320,7 +320,9 @@ func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdClust
 		what = "Renewed"
 	}
 	// Names of Secrets only: never their contents.
-	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Certificate"+what, string(s.Kind), "%s the certificate in Secret %s (%s)", what, s.Secret, s.Reason)
+	// The Secret as the related object: each Secret's event is its own (see memberPod).
+	r.Recorder.Eventf(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: s.Secret}}, corev1.EventTypeNormal,
+		"Certificate"+what, string(s.Kind), "%s the certificate in Secret %s (%s)", what, s.Secret, s.Reason)
 	if r.AfterStep != nil {
 		r.AfterStep(string(s.Kind))
 	}

@@ -83,6 +83,18 @@ func (f *Fake) EditStatuses(edit func(*MemberStatus)) {
 	}
 }
 
+// Edit applies edit to the member list and the status replies (by endpoint) under the fake's
+// lock: a test plays etcd, for example a learner's process that starts, takes its name and
+// answers at its client URL.
+func (f *Fake) Edit(edit func(state *Cluster, statuses map[string]MemberStatus)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Statuses == nil {
+		f.Statuses = map[string]MemberStatus{}
+	}
+	edit(&f.State, f.Statuses)
+}
+
 // AdvanceLog implements Client: it raises every member's raft and applied index by n.
 func (f *Fake) AdvanceLog(_ context.Context, n int) error {
 	f.mu.Lock()
