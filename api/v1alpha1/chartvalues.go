@@ -78,6 +78,7 @@ var GuardedChartValues = []GuardedChartValue{
 	{Path: "tls", Type: "object", Reason: "use spec.tls: the operator issues or checks the certificates and connects to etcd with them"},
 	{Path: "networkPolicy", Type: "object", Reason: "use spec.networkPolicy: the operator adds its own pods and its backup pods to the policy, which a value here could shut out"},
 	{Path: "managedBy", Type: "string", Reason: "owned by etcd-pilot: the operator finds and prunes the objects it applied by this label"},
+	{Path: "global.imageRegistry", Type: "string", Reason: "use spec.image: the registry is part of the image the operator runs and upgrades"},
 	{Path: "fullnameOverride", Type: "string", Reason: ownedName},
 	{Path: "nameOverride", Type: "string", Reason: ownedName},
 }
