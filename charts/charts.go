@@ -47,6 +47,7 @@ type Release struct {
 // It is safe for concurrent use.
 type Renderer struct {
 	chart *chart.Chart
+	caps  *chartutil.Capabilities // nil: Helm's defaults, as `helm template` without a cluster
 
 	mu    sync.Mutex
 	max   int
@@ -101,6 +102,36 @@ func FromFS(fsys fs.FS) (*Renderer, error) {
 	return newRenderer(c), nil
 }
 
+// FromArchive returns a Renderer for a packaged chart (the .tgz `helm package` writes).
+func FromArchive(data []byte) (*Renderer, error) {
+	c, err := loader.LoadArchive(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("failed to load the chart archive: %w", err)
+	}
+	return newRenderer(c), nil
+}
+
+// Capabilities are what a chart sees of the cluster as .Capabilities: the Kubernetes version
+// and the API versions it serves ("group/version" and "group/version/Kind").
+type Capabilities struct {
+	KubeVersion string
+	APIVersions []string
+}
+
+// WithCapabilities makes the Renderer render with caps instead of Helm's defaults. Call it
+// before the first render; renders stay deterministic for equal caps.
+func (r *Renderer) WithCapabilities(caps Capabilities) (*Renderer, error) {
+	kv, err := chartutil.ParseKubeVersion(caps.KubeVersion)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse Kubernetes version %q: %w", caps.KubeVersion, err)
+	}
+	c := chartutil.DefaultCapabilities.Copy()
+	c.KubeVersion = *kv
+	c.APIVersions = append(chartutil.VersionSet{}, caps.APIVersions...)
+	r.caps = c
+	return r, nil
+}
+
 func newRenderer(c *chart.Chart) *Renderer {
 	return &Renderer{chart: c, max: DefaultCacheSize, lru: list.New(), index: map[[sha256.Size]byte]*list.Element{}}
 }
@@ -142,7 +173,7 @@ func (r *Renderer) render(rel Release, values map[string]any) ([]*unstructured.U
 	}
 	top, err := chartutil.ToRenderValues(r.chart, vals, chartutil.ReleaseOptions{
 		Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: true,
-	}, nil)
+	}, r.caps)
 	if err != nil {
 		return nil, fmt.Errorf("failed to prepare values for chart %s: %w", r.chart.Metadata.Name, err)
 	}

@@ -6,6 +6,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -82,6 +85,10 @@ type EtcdClusterReconciler struct {
 	Operator values.Operator
 	// EtcdTimeout bounds each etcd call of an observation.
 	EtcdTimeout time.Duration
+	// Discovery reads the cluster's version and API versions, which charts from
+	// spec.chart.source see as .Capabilities; Helm's defaults when nil.
+	Discovery discovery.DiscoveryInterface
+	sources   chartSources
 	// AfterStep, when set, is called after every step the executor carried out, with the
 	// step's kind. Tests of crash safety use it to stop the operator between two steps.
 	AfterStep func(kind string)
@@ -120,7 +127,7 @@ func (r *EtcdClusterReconciler) init() {
 		if r.MaxConcurrentReconciles == 0 {
 			r.MaxConcurrentReconciles = 4
 		}
-		r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner}
+		r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner, Typed: builtinKinds}
 	})
 }
 
@@ -230,7 +237,13 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	obs.specReplicas = specReplicas(c)
 	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
-	desired, specErr := Desired(r.Renderer, c, r.Operator)
+	renderer, specErr := r.rendererFor(ctx, c)
+	var desired []*unstructured
+	if specErr == nil {
+		desired, specErr = Desired(renderer, c, r.Operator)
+	} else if !isChartSourceError(specErr) {
+		return ctrl.Result{}, specErr
+	}
 	obs.specErr = specErr
 
 	topo := topologyOf(c, desired)
@@ -273,7 +286,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	}
 	phase.Peer = ps.phase()
 	if specErr == nil && (phase.Client != "" || phase.Peer != nil) {
-		desired, specErr = DesiredAt(r.Renderer, c, r.Operator, phase)
+		desired, specErr = DesiredAt(renderer, c, r.Operator, phase)
 		obs.specErr = specErr
 		if specErr == nil {
 			// Members started on this render advertise the phase's peer URL.
@@ -355,11 +368,14 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		// The user's Secrets are not watched: look again after a while.
 		logger.Info("TLS is not ready; looking again", "error", specErr.Error())
 		return ctrl.Result{RequeueAfter: userSecretRecheck}, nil
+	case isChartSourceError(specErr):
+		// The chart's ConfigMap or registry is not watched: look again after a while.
+		logger.Info("the chart of spec.chart.source cannot be read; looking again", "error", specErr.Error())
+		return ctrl.Result{RequeueAfter: userSecretRecheck}, nil
 	case specErr != nil:
 		logger.Info("spec cannot be rendered; waiting for it to change", "error", specErr.Error())
 		return ctrl.Result{}, nil
 	}
-	c.Status.ObservedGeneration = c.Generation
 	if a := obs.membership; a != nil && a.Kind != plan.None && a.Kind != plan.Wait {
 		return ctrl.Result{RequeueAfter: requeueMembership}, nil
 	}
@@ -413,11 +429,54 @@ func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.E
 	if err != nil {
 		return err
 	}
+	// Kinds beyond the built-in ones are recorded before they are pruned by, so a kind the
+	// chart stops rendering altogether is still pruned on a later pass.
+	current := extraKinds(desired)
+	c.Status.ExtraKinds = unionKinds(c.Status.ExtraKinds, current)
 	pruned, err := r.applier.Prune(ctx, r.inventory(c, desired))
 	if len(pruned) > 0 {
 		r.Recorder.Eventf(c, nil, "Normal", "Pruned", "Prune", "Deleted %v: the chart no longer renders them", pruned)
 	}
+	if err == nil {
+		c.Status.ExtraKinds = current
+	}
 	return err
+}
+
+// builtinKinds are OwnedKinds by group and kind.
+var builtinKinds = func() map[schema.GroupKind]bool {
+	m := map[schema.GroupKind]bool{}
+	for _, k := range OwnedKinds {
+		m[k.GroupKind()] = true
+	}
+	return m
+}()
+
+// extraKinds are the kinds of objs beyond OwnedKinds, as apiVersion/Kind, sorted.
+func extraKinds(objs []*unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		if !builtinKinds[o.GroupVersionKind().GroupKind()] {
+			out = unionKinds(out, []string{o.GetAPIVersion() + "/" + o.GetKind()})
+		}
+	}
+	return out
+}
+
+func unionKinds(a, b []string) []string {
+	set := map[string]bool{}
+	for _, k := range append(append([]string{}, a...), b...) {
+		set[k] = true
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // pinToLive keeps what cannot change on the live StatefulSet as it is in desired (its volume
@@ -464,12 +523,30 @@ func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1
 	return ctrl.Result{}, nil
 }
 
+// inventoryKinds are the kinds a prune or delete looks at: the built-in ones, those recorded
+// in status.extraKinds, and those rendered now.
+func inventoryKinds(c *v1alpha1.EtcdCluster, rendered []*unstructured) []schema.GroupVersionKind {
+	kinds := append([]schema.GroupVersionKind{}, OwnedKinds...)
+	for _, k := range unionKinds(c.Status.ExtraKinds, extraKinds(rendered)) {
+		i := strings.LastIndex(k, "/")
+		if i <= 0 {
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(k[:i])
+		if err != nil {
+			continue
+		}
+		kinds = append(kinds, gv.WithKind(k[i+1:]))
+	}
+	return kinds
+}
+
 func (r *EtcdClusterReconciler) inventory(c *v1alpha1.EtcdCluster, keep []*unstructured) apply.PruneRequest {
 	return apply.PruneRequest{
 		Namespace: c.Namespace,
 		Selector:  InventorySelector(c.Name),
 		OwnerUID:  c.UID,
-		Kinds:     OwnedKinds,
+		Kinds:     inventoryKinds(c, keep),
 		Keep:      keep,
 	}
 }

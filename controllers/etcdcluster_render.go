@@ -15,6 +15,8 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/postrender"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -44,6 +46,23 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 	if err != nil {
 		return nil, fmt.Errorf("the chart refused the values computed from the spec (check spec.chart.values): %w", err)
 	}
+	if err := postrender.Apply(objs, c.Spec.Chart.Patches); err != nil {
+		return nil, err
+	}
+	// The operator finds, prunes and deletes what it applied by these labels, whatever the
+	// chart (a platform team's chart may not set them).
+	for _, o := range objs {
+		l := o.GetLabels()
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[v1alpha1.LabelCluster] = c.Name
+		l[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByValue
+		o.SetLabels(l)
+	}
+	if err := chartcontract.Check(objs, contractOf(c)); err != nil {
+		return nil, err
+	}
 	if c.UID != "" {
 		ref := clusterOwnerRef(c)
 		for _, o := range objs {
@@ -51,6 +70,20 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 		}
 	}
 	return objs, nil
+}
+
+// SelectorLabels select c's member pods; a StatefulSet's selector never changes.
+func SelectorLabels(c *v1alpha1.EtcdCluster) map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}
+}
+
+// contractOf is what every render for c must hold (see internal/chartcontract).
+func contractOf(c *v1alpha1.EtcdCluster) chartcontract.Contract {
+	return chartcontract.Contract{
+		Name: c.Name, Namespace: c.Namespace, SelectorLabels: SelectorLabels(c),
+		MembershipConfigMap: values.MembershipConfigMapName(c.Name),
+		Ephemeral:           c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral,
+	}
 }
 
 // clusterOwnerRef makes c the controlling owner of an object: it goes when c is deleted.
@@ -110,7 +143,7 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
 		peerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
 		peerPort:        2380, peerTransitionPort: 2382,
-		selector:     labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}),
+		selector:     labels.SelectorFromSet(SelectorLabels(c)),
 		clientScheme: "http", clientService: c.Name + "-client", clusterDomain: "cluster.local",
 		domainSuffix: fmt.Sprintf("%s.%s.svc.cluster.local", c.Name, c.Namespace),
 	}

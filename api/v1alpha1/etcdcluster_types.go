@@ -377,13 +377,38 @@ type ChartSpec struct {
 }
 
 // ChartSource names a chart to render instead of the embedded one.
-// +kubebuilder:validation:XValidation:rule="has(self.configMap)",message="chart.source needs configMap"
+// +kubebuilder:validation:XValidation:rule="has(self.configMap) != has(self.oci)",message="chart.source needs exactly one of configMap and oci"
 type ChartSource struct {
 	// ConfigMap holds the chart as a packaged archive (the .tgz `helm package` writes) in
 	// its binaryData, in the EtcdCluster's namespace. The operator re-reads it on every pass;
 	// a change renders the new chart.
 	// +optional
 	ConfigMap *ChartConfigMapSource `json:"configMap,omitempty"`
+	// OCI is a chart in an OCI registry (`helm push`), pulled with Helm's registry client
+	// once per repository and version.
+	// +optional
+	OCI *OCIChartSource `json:"oci,omitempty"`
+}
+
+// OCIChartSource is a chart version in an OCI registry.
+type OCIChartSource struct {
+	// Repository is the chart's reference without its version, as `helm pull` takes it:
+	// oci://HOST[:PORT]/PATH/CHART.
+	// +kubebuilder:validation:Pattern=`^oci://[^\s/]+(/[^\s/:@]+)+$`
+	// +kubebuilder:validation:MaxLength=512
+	Repository string `json:"repository"`
+	// Version is the chart version to pull (its tag in the registry). Pin it: the operator
+	// pulls a version once, so a tag moved later is not seen.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Version string `json:"version"`
+	// PlainHTTP reaches the registry over plain HTTP (an in-cluster registry without TLS).
+	// +optional
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
+	// PullSecret names a kubernetes.io/dockerconfigjson Secret in the cluster's namespace
+	// with credentials for the registry's host.
+	// +optional
+	PullSecret string `json:"pullSecret,omitempty"`
 }
 
 // ChartConfigMapSource is a packaged chart in a ConfigMap.
@@ -562,6 +587,14 @@ type EtcdClusterStatus struct {
 	// LeaderChanges counts the leader changes the operator has observed.
 	// +optional
 	LeaderChanges int64 `json:"leaderChanges,omitempty"`
+
+	// ExtraKinds are the kinds beyond the built-in ones (StatefulSet, Service,
+	// ServiceAccount, PodDisruptionBudget, NetworkPolicy) that the chart renders, as
+	// apiVersion/Kind: the operator prunes objects of these kinds the chart stops rendering,
+	// and deletes them with the cluster. Its role needs permission for them.
+	// +listType=set
+	// +optional
+	ExtraKinds []string `json:"extraKinds,omitempty"`
 
 	// LastLeaderChangeTime is when the operator last observed a new leader.
 	// +optional

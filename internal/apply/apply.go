@@ -32,6 +32,10 @@ type Applier struct {
 	Client     client.Client
 	Scheme     *runtime.Scheme
 	FieldOwner string
+	// Typed are the kinds read as typed objects (from Client's cache). Other kinds (a
+	// platform team's chart may render any) are read as unstructured objects, which
+	// controller-runtime's client reads from the API server. nil: every kind is typed.
+	Typed map[schema.GroupKind]bool
 }
 
 // Result says what Apply did.
@@ -100,6 +104,11 @@ func (a *Applier) matches(ctx context.Context, desired *unstructured.Unstructure
 }
 
 func (a *Applier) newObject(gvk schema.GroupVersionKind) (client.Object, error) {
+	if a.Typed != nil && !a.Typed[gvk.GroupKind()] {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		return u, nil
+	}
 	o, err := a.Scheme.New(gvk)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a %s: the rendered kind is not in the operator's scheme: %w", gvk, err)
@@ -139,7 +148,8 @@ type PruneRequest struct {
 }
 
 // Prune deletes the objects selected by r and returns them as "Kind/name". An object that is
-// not controlled by the owner is never deleted, whatever its labels say.
+// not controlled by the owner, or that Apply did not apply (no hash annotation), is never
+// deleted, whatever its labels say.
 func (a *Applier) Prune(ctx context.Context, r PruneRequest) ([]string, error) {
 	keep := map[string]bool{}
 	for _, o := range r.Keep {
@@ -152,7 +162,11 @@ func (a *Applier) Prune(ctx context.Context, r PruneRequest) ([]string, error) {
 			return deleted, err
 		}
 		for _, o := range objs {
-			if keep[gvk.GroupKind().String()+"/"+o.GetName()] || !controlledBy(o, r.OwnerUID) || o.GetDeletionTimestamp() != nil {
+			// Only what Apply applied carries the hash: objects the owner's controller writes
+			// itself (a ConfigMap or Secret of the same kind as a rendered one) are not the
+			// render's to prune.
+			_, applied := o.GetAnnotations()[HashAnnotation]
+			if keep[gvk.GroupKind().String()+"/"+o.GetName()] || !applied || !controlledBy(o, r.OwnerUID) || o.GetDeletionTimestamp() != nil {
 				continue
 			}
 			uid := o.GetUID()
@@ -169,6 +183,21 @@ func (a *Applier) Prune(ctx context.Context, r PruneRequest) ([]string, error) {
 
 // List returns the objects of kind gvk in namespace that match selector.
 func (a *Applier) list(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]client.Object, error) {
+	if a.Typed != nil && !a.Typed[gvk.GroupKind()] {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := a.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			if meta.IsNoMatchError(err) {
+				return nil, nil // the kind is gone from the cluster, and so are its objects
+			}
+			return nil, fmt.Errorf("failed to list %s in %s: %w", gvk.Kind, namespace, err)
+		}
+		out := make([]client.Object, 0, len(list.Items))
+		for i := range list.Items {
+			out = append(out, &list.Items[i])
+		}
+		return out, nil
+	}
 	lo, err := a.Scheme.New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	if err != nil {
 		return nil, fmt.Errorf("failed to list %s: not in the operator's scheme: %w", gvk.Kind, err)

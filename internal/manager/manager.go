@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -130,11 +131,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if dial == nil {
 		dial = etcd.Dial
 	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create a discovery client: %w", err)
+	}
 	r := &controllers.EtcdClusterReconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
 		Scheme:      scheme,
 		Renderer:    renderer,
+		Discovery:   disco,
 		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
 		DialEtcd:    dial,
 		EtcdTimeout: o.EtcdTimeout,
