@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +36,8 @@ const usage = `etcd-pilot runs production etcd clusters on Kubernetes.
 Usage:
   etcd-pilot manager [flags]              run the controllers
   etcd-pilot render -f cluster.yaml       print the manifests the operator would apply
+  etcd-pilot render --live -n NS --name N print what the operator applies for a live cluster
+                                          (with -f: for that file applied over it)
   etcd-pilot values -f cluster.yaml       print the chart values computed for a cluster
   etcd-pilot snapshot --endpoint URL --dir D --key K
                                           stream a verified etcd snapshot into a folder
@@ -211,33 +214,39 @@ func (in *inputFlags) load(stdin io.Reader) (*v1alpha1.EtcdCluster, map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
+	vals, err := in.values(c)
+	return c, vals, err
+}
+
+// values computes c's chart values with the extra values merged last.
+func (in *inputFlags) values(c *v1alpha1.EtcdCluster) (map[string]any, error) {
 	op, err := in.operator.operator()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	vals, err := values.Compute(c, op)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, f := range in.valueFile {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, nil, fmt.Errorf("failed to read values file: %w", err)
+			return nil, fmt.Errorf("failed to read values file: %w", err)
 		}
 		over := map[string]any{}
 		if err := sigsyaml.Unmarshal(b, &over); err != nil {
-			return nil, nil, fmt.Errorf("failed to parse values file %s: %w", f, err)
+			return nil, fmt.Errorf("failed to parse values file %s: %w", f, err)
 		}
 		vals = values.Merge(vals, over)
 	}
 	for _, s := range in.set {
 		over := map[string]any{}
 		if err := charts.ParseSet(s, over); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		vals = values.Merge(vals, over)
 	}
-	return c, vals, nil
+	return vals, nil
 }
 
 // ReadCluster reads one EtcdCluster from path ("-" for r), refusing unknown fields so a typo
@@ -278,14 +287,13 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var in inputFlags
 	in.bind(fs)
+	var live liveFlags
+	live.bind(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, vals, err := in.load(stdin)
-	if err != nil {
-		return err
-	}
 	var r *charts.Renderer
+	var err error
 	if in.chartDir != "" {
 		r, err = charts.FromDir(in.chartDir)
 	} else {
@@ -294,7 +302,16 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	objs, err := controllers.DesiredFromValues(r, c, vals)
+	var objs []*unstructured.Unstructured
+	if live.on {
+		objs, err = live.render(context.Background(), &in, r, stdin, in.chartDir != "")
+	} else {
+		var c *v1alpha1.EtcdCluster
+		var vals map[string]any
+		if c, vals, err = in.load(stdin); err == nil {
+			objs, err = controllers.DesiredFromValues(r, c, vals)
+		}
+	}
 	if err != nil {
 		return err
 	}
