@@ -505,6 +505,9 @@ func TestOperatorChartServiceMonitor(t *testing.T) {
 		if ep["port"] != svc.Spec.Ports[0].Name || ep["scheme"] != wantScheme {
 			t.Errorf("secure=%v: the ServiceMonitor scrapes port %v over %v; the Service's port is %s", secure, ep["port"], ep["scheme"], svc.Spec.Ports[0].Name)
 		}
+		if ep["honorLabels"] != true {
+			t.Errorf("secure=%v: honorLabels %v: the operator's namespace label would become exported_namespace", secure, ep["honorLabels"])
+		}
 		if _, hasToken := ep["bearerTokenFile"]; hasToken != secure {
 			t.Errorf("secure=%v: bearerTokenFile set: %v", secure, hasToken)
 		}
