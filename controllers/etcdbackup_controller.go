@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -201,6 +202,17 @@ func (r *EtcdBackupReconciler) apiReader() ctrl.Reader {
 // source observes the cluster's members and picks the one to take the snapshot from.
 func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, *tls.Config, string, error) {
 	desired, _ := Desired(r.Renderer, c, r.Operator)
+	// The StatefulSet that runs, when there is one: a cluster's own chart (spec.chart.source)
+	// or patches may name ports differently from the embedded chart.
+	live := &appsv1.StatefulSet{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: c.Namespace, Name: c.Name}, live); err == nil {
+		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live); err == nil {
+			u := &unstructured{Object: m}
+			u.SetAPIVersion("apps/v1")
+			u.SetKind("StatefulSet")
+			desired = append(withoutKind(desired, "StatefulSet"), u)
+		}
+	}
 	t := topologyOf(c, desired)
 	if clientTLSEnabled(c) {
 		cfg, err := loadClientTLS(ctx, r.Client, r.apiReader(), c)
@@ -332,4 +344,15 @@ func (r *EtcdBackupReconciler) event(b *v1alpha1.EtcdBackup, typ, reason, format
 	if r.Recorder != nil {
 		r.Recorder.Eventf(b, nil, typ, reason, "Backup", format, args...)
 	}
+}
+
+// withoutKind returns objs without those of kind.
+func withoutKind(objs []*unstructured, kind string) []*unstructured {
+	var out []*unstructured
+	for _, o := range objs {
+		if o.GetKind() != kind {
+			out = append(out, o)
+		}
+	}
+	return out
 }
