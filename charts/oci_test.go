@@ -1,51 +1,13 @@
 package charts_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/ociregistry"
 )
-
-// packageDir packs a chart folder as `helm package` does: every file under "<name>/".
-func packageDir(t *testing.T, dir, name string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if err := tw.WriteHeader(&tar.Header{Name: name + "/" + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b))}); err != nil {
-			return err
-		}
-		_, err = tw.Write(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 // TestPullOCIRendersLikeTheSameChartEmbedded: a chart pulled from a registry with Helm's
 // registry client (behind basic auth, over plain HTTP) renders what the same chart renders
@@ -53,7 +15,7 @@ func packageDir(t *testing.T, dir, name string) []byte {
 func TestPullOCIRendersLikeTheSameChartEmbedded(t *testing.T) {
 	reg := ociregistry.New("team", "s3cret")
 	defer reg.Close()
-	archive := packageDir(t, filepath.Join(charts.ChartDir), "etcd-cluster")
+	archive := testutil.PackageChart(t, charts.ChartDir, "etcd-cluster", nil)
 	want := reg.Push("platform/etcd-cluster", "etcd-cluster", "0.1.0", archive)
 
 	r, digest, err := charts.PullOCI("oci://"+reg.Host()+"/platform/etcd-cluster", "0.1.0", charts.OCIOptions{PlainHTTP: true, Username: "team", Password: "s3cret"})

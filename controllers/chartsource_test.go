@@ -1,14 +1,9 @@
 package controllers_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,52 +16,14 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/ociregistry"
 )
 
 // packageChart packs the embedded chart's folder, with extra template files (name -> content,
 // nil content drops a template), into the .tgz `helm package` writes.
 func packageChart(t *testing.T, extra map[string][]byte) []byte {
-	t.Helper()
-	files := map[string][]byte{}
-	root := filepath.Join("..", "charts", "etcd-cluster")
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		b, err := os.ReadFile(p)
-		files[filepath.ToSlash(rel)] = b
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range extra {
-		if b == nil {
-			delete(files, name)
-		} else {
-			files[name] = b
-		}
-	}
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, b := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: "etcd-cluster/" + name, Mode: 0o644, Size: int64(len(b))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return testutil.PackageChart(t, filepath.Join("..", "charts", "etcd-cluster"), "etcd-cluster", extra)
 }
 
 func putChart(t *testing.T, ns string, archive []byte) {

@@ -47,10 +47,34 @@ type chartSources struct {
 }
 
 type chartSourceEntry struct {
-	uid      types.UID
-	version  string
-	key      string
+	key      string // what the Renderer was built from; another key builds anew
 	renderer *charts.Renderer
+}
+
+// get returns the Renderer cached for name when it was built from key, else builds one with
+// the cluster's capabilities and caches it. A failed build is not cached.
+func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*charts.Capabilities, error), build func(*charts.Capabilities) (*charts.Renderer, error)) (*charts.Renderer, error) {
+	s.mu.Lock()
+	if e, ok := s.entries[name]; ok && e.key == key {
+		s.mu.Unlock()
+		return e.renderer, nil
+	}
+	s.mu.Unlock()
+	cs, err := caps()
+	if err != nil {
+		return nil, err
+	}
+	rend, err := build(cs)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries == nil {
+		s.entries = map[types.NamespacedName]chartSourceEntry{}
+	}
+	s.entries[name] = chartSourceEntry{key: key, renderer: rend}
+	return rend, nil
 }
 
 // rendererFor returns the Renderer of c's chart: the operator's own unless spec.chart.source
@@ -69,28 +93,10 @@ func (r *EtcdClusterReconciler) rendererFor(ctx context.Context, c *v1alpha1.Etc
 		return nil, err
 	}
 	name := types.NamespacedName{Namespace: cm.Namespace, Name: cm.Name}
-	s := &r.sources
-	s.mu.Lock()
-	if e, ok := s.entries[name]; ok && e.uid == cm.UID && e.version == cm.ResourceVersion && e.key == key {
-		s.mu.Unlock()
-		return e.renderer, nil
-	}
-	s.mu.Unlock()
-	caps, err := r.capabilities()
-	if err != nil {
-		return nil, err
-	}
-	rend, err := chartFromConfigMap(cm, key, caps)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	if s.entries == nil {
-		s.entries = map[types.NamespacedName]chartSourceEntry{}
-	}
-	s.entries[name] = chartSourceEntry{uid: cm.UID, version: cm.ResourceVersion, key: key, renderer: rend}
-	s.mu.Unlock()
-	return rend, nil
+	built := fmt.Sprintf("%s@%s/%s", cm.UID, cm.ResourceVersion, key)
+	return r.sources.get(name, built, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
+		return chartFromConfigMap(cm, key, caps)
+	})
 }
 
 // ociRenderer pulls spec.chart.source.oci once per repository, version and pull Secret
@@ -103,29 +109,15 @@ func (r *EtcdClusterReconciler) ociRenderer(ctx context.Context, c *v1alpha1.Etc
 	}
 	name := types.NamespacedName{Namespace: c.Namespace, Name: "oci:" + o.Repository}
 	key := fmt.Sprintf("%s:%s plain=%t secret=%s@%s", o.Repository, o.Version, o.PlainHTTP, o.PullSecret, secretVersion)
-	s := &r.sources
-	s.mu.Lock()
-	if e, ok := s.entries[name]; ok && e.key == key {
-		s.mu.Unlock()
-		return e.renderer, nil
+	pulled := false
+	rend, err := r.sources.get(name, key, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
+		pulled = true
+		return pullOCI(o, opts, caps)
+	})
+	if pulled && err == nil {
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
 	}
-	s.mu.Unlock()
-	caps, err := r.capabilities()
-	if err != nil {
-		return nil, err
-	}
-	rend, err := pullOCI(o, opts, caps)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	if s.entries == nil {
-		s.entries = map[types.NamespacedName]chartSourceEntry{}
-	}
-	s.entries[name] = chartSourceEntry{key: key, renderer: rend}
-	s.mu.Unlock()
-	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
-	return rend, nil
+	return rend, err
 }
 
 func pullOCI(o *v1alpha1.OCIChartSource, opts charts.OCIOptions, caps *charts.Capabilities) (*charts.Renderer, error) {

@@ -6,6 +6,7 @@ package chartcontract
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -87,7 +88,7 @@ func Check(objs []*unstructured.Unstructured, c Contract) error {
 func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[string]*unstructured.Unstructured, add func(string, ...any)) {
 	where := "StatefulSet " + sts.GetName()
 	sel, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "selector", "matchLabels")
-	if !equal(sel, c.SelectorLabels) {
+	if !maps.Equal(sel, c.SelectorLabels) {
 		add("%s: spec.selector.matchLabels must be exactly %s (it is %s)", where, show(c.SelectorLabels), show(sel))
 	}
 	if exprs, ok, _ := unstructured.NestedSlice(sts.Object, "spec", "selector", "matchExpressions"); ok && len(exprs) > 0 {
@@ -183,18 +184,6 @@ func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[s
 	if !hasData {
 		add("%s: needs a volume claim template named data (the members' data survives a pod)", where)
 	}
-}
-
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func show(m map[string]string) string {
