@@ -22,11 +22,11 @@ import (
 
 // packageChart packs the embedded chart's folder, with extra template files (name -> content,
 // nil content drops a template), into the .tgz `helm package` writes.
-func packageChart(t *testing.T, extra map[string][]byte) []byte {
+func packageChart(t testing.TB, extra map[string][]byte) []byte {
 	return testutil.PackageChart(t, filepath.Join("..", "charts", "etcd-cluster"), "etcd-cluster", extra)
 }
 
-func putChart(t *testing.T, ns string, archive []byte) {
+func putChart(t testing.TB, ns string, archive []byte) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm := &corev1.ConfigMap{}

@@ -12,7 +12,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
-func render(t *testing.T, c *v1alpha1.EtcdCluster) []*unstructured.Unstructured {
+func render(t testing.TB, c *v1alpha1.EtcdCluster) []*unstructured.Unstructured {
 	t.Helper()
 	r, err := charts.Embedded()
 	if err != nil {
@@ -126,4 +126,18 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 		}
 	}
 	panic(kind + " " + name + " not rendered")
+}
+
+// BenchmarkCheck times the contract check of a default render (every pass runs it).
+func BenchmarkCheck(b *testing.B) {
+	c := cluster(nil)
+	objs := render(b, c)
+	want := contract(c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := chartcontract.Check(objs, want); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
