@@ -244,3 +244,33 @@ func TestChartFromAnOCIRegistryIsPulledOnce(t *testing.T) {
 		t.Fatalf("the StatefulSet went with a chart that cannot be pulled: %v", err)
 	}
 }
+
+// TestARenderNeverTakesOverAnObjectItDoesNotOwn: a chart that renders the name of an object
+// the cluster does not control (here one a person created) stalls with what to do, and the
+// object is left as it is.
+func TestARenderNeverTakesOverAnObjectItDoesNotOwn(t *testing.T) {
+	ns := env.Namespace(t)
+	theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "etcd-platform", Namespace: ns}, Data: map[string]string{"owner": "someone else"}}
+	if err := env.Client.Create(context.Background(), theirs); err != nil {
+		t.Fatal(err)
+	}
+	putChart(t, ns, packageChart(t, map[string][]byte{"templates/platform.yaml": []byte(extraTemplate)}))
+	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.Chart.Source = &v1alpha1.ChartSource{ConfigMap: &v1alpha1.ChartConfigMapSource{Name: "platform-chart"}}
+	})
+	eventually(t, timeout, "Stalled naming the taken object", func() error {
+		for _, cond := range getCluster(t, ns).Status.Conditions {
+			if cond.Type == v1alpha1.ConditionStalled && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "ConfigMap "+ns+"/etcd-platform, but that name is taken by an object no controller owns") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", getCluster(t, ns).Status.Conditions)
+	})
+	got := &corev1.ConfigMap{}
+	if err := getObject(ns, "etcd-platform", got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Data["owner"] != "someone else" || len(got.OwnerReferences) != 0 || got.Labels[v1alpha1.LabelCluster] != "" {
+		t.Fatalf("the operator took the object over: data %v owners %v labels %v", got.Data, got.OwnerReferences, got.Labels)
+	}
+}

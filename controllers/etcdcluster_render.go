@@ -52,6 +52,11 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 	// The operator finds, prunes and deletes what it applied by these labels, whatever the
 	// chart (a platform team's chart may not set them).
 	for _, o := range objs {
+		for _, field := range []string{"labels", "annotations"} {
+			if _, _, err := unstructuredv1.NestedStringMap(o.Object, "metadata", field); err != nil {
+				return nil, fmt.Errorf("the chart renders %s %s with metadata.%s that are not all strings (quote values such as \"true\"): %w", o.GetKind(), o.GetName(), field, err)
+			}
+		}
 		l := o.GetLabels()
 		if l == nil {
 			l = map[string]string{}
@@ -79,11 +84,23 @@ func SelectorLabels(c *v1alpha1.EtcdCluster) map[string]string {
 
 // contractOf is what every render for c must hold (see internal/chartcontract).
 func contractOf(c *v1alpha1.EtcdCluster) chartcontract.Contract {
-	return chartcontract.Contract{
+	k := chartcontract.Contract{
 		Name: c.Name, Namespace: c.Namespace, SelectorLabels: SelectorLabels(c),
 		MembershipConfigMap: values.MembershipConfigMapName(c.Name),
 		Ephemeral:           c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral,
+		ClientService:       c.Name + "-client",
+		PodLabels:           map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+		ClaimLabels:         map[string]string{v1alpha1.LabelCluster: c.Name},
+		Reserved:            []string{"ConfigMap/" + values.MembershipConfigMapName(c.Name)},
 	}
+	if c.UID != "" {
+		k.Token = values.ClusterToken(c)
+	}
+	for _, name := range []string{v1alpha1.CASecretName(c.Name), v1alpha1.PeerTLSSecretName(c.Name), v1alpha1.ServerTLSSecretName(c.Name),
+		v1alpha1.OperatorTLSSecretName(c.Name), v1alpha1.RootAuthSecretName(c.Name)} {
+		k.Reserved = append(k.Reserved, "Secret/"+name, "Certificate/"+name)
+	}
+	return k
 }
 
 // clusterOwnerRef makes c the controlling owner of an object: it goes when c is deleted.
@@ -150,15 +167,9 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 	if clientTLSEnabled(c) {
 		t.clientScheme = "https"
 	}
+	// The client Service is <name>-client (the chart contract holds every render to it).
 	for _, o := range desired {
-		if o.GetKind() == "Service" {
-			if ip, _, _ := unstructuredv1.NestedString(o.Object, "spec", "clusterIP"); ip != "None" {
-				t.clientService = o.GetName()
-			}
-		}
-	}
-	for _, o := range desired {
-		if o.GetKind() != "StatefulSet" {
+		if o.GetKind() != "StatefulSet" || o.GroupVersionKind().Group != "apps" {
 			continue
 		}
 		sts := &appsv1.StatefulSet{}
@@ -172,6 +183,9 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 			}
 		}
 		for _, ctr := range sts.Spec.Template.Spec.Containers {
+			if ctr.Name != "etcd" {
+				continue // a sidecar's ports and flags are not etcd's
+			}
 			for _, a := range ctr.Args {
 				if v, ok := strings.CutPrefix(a, "--initial-advertise-peer-urls="); ok {
 					t.peerURLTemplate = strings.Split(v, ",")[0]

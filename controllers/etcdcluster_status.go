@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
@@ -518,7 +519,8 @@ func stalls(o observation, reason string) bool {
 // immutable field the spec changed), or the request is forbidden (admission policy, quota,
 // the operator's RBAC). Conflicts, timeouts and unavailable servers are retried.
 func applyStalls(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
+	var taken *apply.NotOwnedError
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || errors.As(err, &taken)
 }
 
 // reconcilingCondition is Reconciling: True while the cluster is not Ready and the operator

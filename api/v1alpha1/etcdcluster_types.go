@@ -465,12 +465,14 @@ type JSONPatchOperation struct {
 	// +kubebuilder:validation:Enum=add;remove;replace;move;copy;test
 	Op string `json:"op"`
 	// Path is a JSON pointer into the object, such as /spec/template/metadata/annotations.
-	// +kubebuilder:validation:Pattern=`^(/.*)?$`
+	// +kubebuilder:validation:Pattern=`^/.*$`
 	Path string `json:"path"`
 	// From is the source pointer of move and copy.
 	// +optional
 	From string `json:"from,omitempty"`
-	// Value of add, replace and test: any JSON value.
+	// Value of add, replace and test (required there; checked when the patch is applied,
+	// since CEL cannot see a field of any type): any JSON value but null (the API server
+	// drops a null; remove drops a field).
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	// +optional

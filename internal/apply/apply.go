@@ -80,7 +80,43 @@ func (a *Applier) Apply(ctx context.Context, objs []*unstructured.Unstructured) 
 	return res, nil
 }
 
+// NotOwnedError is a rendered object whose name is taken by a live object that Apply did
+// not apply for the same owner: another cluster's, one the owner's controller writes itself,
+// or one a person created. Apply never takes such an object over.
+type NotOwnedError struct {
+	Kind, Namespace, Name string
+	// Why says whose the live object is.
+	Why string
+}
+
+func (e *NotOwnedError) Error() string {
+	return fmt.Sprintf("the render holds %s %s/%s, but that name is taken by %s; rename the object in the chart (or the patch), or delete the live one if it is not needed", e.Kind, e.Namespace, e.Name, e.Why)
+}
+
+// owned returns a NotOwnedError when live exists and is not controlled by the owner that
+// desired names (no owner named: nothing to compare, as in tests). Objects the owner's
+// controller writes itself under the same owner are kept out of renders by name (the chart
+// contract's reserved names), not here: a hand edit may drop the hash annotation.
+func owned(desired *unstructured.Unstructured, live client.Object) error {
+	want := metav1.GetControllerOfNoCopy(desired)
+	if want == nil {
+		return nil
+	}
+	notOwned := func(why string) error {
+		return &NotOwnedError{Kind: desired.GetKind(), Namespace: desired.GetNamespace(), Name: desired.GetName(), Why: why}
+	}
+	got := metav1.GetControllerOfNoCopy(live)
+	switch {
+	case got == nil:
+		return notOwned("an object no controller owns")
+	case got.UID != want.UID:
+		return notOwned(fmt.Sprintf("an object of %s %s", got.Kind, got.Name))
+	}
+	return nil
+}
+
 // matches reports whether the live object carries hash and holds every field of desired.
+// A live object that Apply did not apply for desired's owner is a NotOwnedError.
 func (a *Applier) matches(ctx context.Context, desired *unstructured.Unstructured, hash string) (bool, error) {
 	live, err := a.newObject(desired.GroupVersionKind())
 	if err != nil {
@@ -92,6 +128,9 @@ func (a *Applier) matches(ctx context.Context, desired *unstructured.Unstructure
 			return false, nil
 		}
 		return false, fmt.Errorf("failed to get %s %s: %w", desired.GetKind(), key, err)
+	}
+	if err := owned(desired, live); err != nil {
+		return false, err
 	}
 	if live.GetAnnotations()[HashAnnotation] != hash || live.GetDeletionTimestamp() != nil {
 		return false, nil
@@ -148,8 +187,8 @@ type PruneRequest struct {
 }
 
 // Prune deletes the objects selected by r and returns them as "Kind/name". An object that is
-// not controlled by the owner, or that Apply did not apply (no hash annotation), is never
-// deleted, whatever its labels say.
+// not controlled by the owner, or of a kind beyond Typed that Apply did not apply (no hash
+// annotation), is never deleted, whatever its labels say.
 func (a *Applier) Prune(ctx context.Context, r PruneRequest) ([]string, error) {
 	keep := map[string]bool{}
 	for _, o := range r.Keep {
@@ -162,10 +201,11 @@ func (a *Applier) Prune(ctx context.Context, r PruneRequest) ([]string, error) {
 			return deleted, err
 		}
 		for _, o := range objs {
-			// Only what Apply applied carries the hash: objects the owner's controller writes
-			// itself (a ConfigMap or Secret of the same kind as a rendered one) are not the
-			// render's to prune.
+			// Of kinds beyond the typed ones, only what Apply applied (the hash annotation)
+			// is pruned: the owner's controller writes objects of such kinds itself (a
+			// ConfigMap, a Secret) under the same owner and labels.
 			_, applied := o.GetAnnotations()[HashAnnotation]
+			applied = applied || a.Typed == nil || a.Typed[gvk.GroupKind()]
 			if keep[gvk.GroupKind().String()+"/"+o.GetName()] || !applied || !controlledBy(o, r.OwnerUID) || o.GetDeletionTimestamp() != nil {
 				continue
 			}

@@ -25,6 +25,33 @@ type Contract struct {
 	MembershipConfigMap string
 	// Ephemeral: the data volume is an emptyDir volume rather than a volume claim template.
 	Ephemeral bool
+	// ClientService is the name of the client Service (not headless).
+	ClientService string
+	// PodLabels must label the member pods besides SelectorLabels: the operator's caches and
+	// lists select pods by them. ClaimLabels must label the data claim template: the
+	// operator finds the members' claims by them.
+	PodLabels, ClaimLabels map[string]string
+	// Token is the --initial-cluster-token the members must start with; empty: not checked.
+	Token string
+	// Reserved are "Kind/name" of objects the operator writes itself (the membership
+	// ConfigMap, its Secrets): a render may not hold them.
+	Reserved []string
+}
+
+// DataMount and DataDir are where the etcd container must keep its data: a restore writes
+// the restored member's data to DataDir on the claim mounted at DataMount.
+const (
+	DataMount = "/var/lib/etcd"
+	DataDir   = DataMount + "/data"
+)
+
+// forbiddenKinds may not be rendered: the operator creates and deletes them itself (pods,
+// claims, backups) or they would manage clusters.
+var forbiddenKinds = map[string]string{
+	"Pod":                   "the StatefulSet runs the members; the operator runs its own backup and restore pods",
+	"PersistentVolumeClaim": "the StatefulSet's claim templates make the members' claims; a rendered claim would be pruned with its data",
+	"EtcdCluster":           "a chart may not create or manage clusters",
+	"EtcdBackup":            "the operator takes backups from spec.backup",
 }
 
 // clusterScoped are kinds a render may not hold: the operator applies into the cluster's
@@ -57,6 +84,14 @@ func Check(objs []*unstructured.Unstructured, c Contract) error {
 			add("%s %s is rendered twice", o.GetKind(), o.GetName())
 		}
 		seen[key] = true
+		if why, ok := forbiddenKinds[o.GetKind()]; ok {
+			add("%s %s may not be rendered: %s", o.GetKind(), o.GetName(), why)
+		}
+		for _, r := range c.Reserved {
+			if r == o.GetKind()+"/"+o.GetName() {
+				add("%s %s is the operator's own (it writes that object itself); give the chart's object another name", o.GetKind(), o.GetName())
+			}
+		}
 		if clusterScoped[o.GetKind()] {
 			add("%s %s is cluster-scoped; a render may only hold objects of the cluster's namespace", o.GetKind(), o.GetName())
 		} else if o.GetNamespace() != c.Namespace {
@@ -95,9 +130,18 @@ func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[s
 		add("%s: spec.selector may not have matchExpressions", where)
 	}
 	tl, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "template", "metadata", "labels")
-	for k, v := range c.SelectorLabels {
-		if tl[k] != v {
-			add("%s: the pod template needs the label %s=%s", where, k, v)
+	for _, want := range []map[string]string{c.SelectorLabels, c.PodLabels} {
+		for k, v := range want {
+			if tl[k] != v {
+				add("%s: the pod template needs the label %s=%s", where, k, v)
+			}
+		}
+	}
+	if c.ClientService != "" {
+		if svc := services[c.ClientService]; svc == nil {
+			add("no Service %s: the client Service the operator names in certificates and status", c.ClientService)
+		} else if ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP"); ip == "None" {
+			add("Service %s: the client Service may not be headless", c.ClientService)
 		}
 	}
 	if _, ok, _ := unstructured.NestedFieldNoCopy(sts.Object, "spec", "replicas"); ok {
@@ -145,29 +189,16 @@ func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[s
 			add("%s: the etcd container needs a port named %s", where, n)
 		}
 	}
-	if c.MembershipConfigMap != "" {
-		found := false
-		ef, _, _ := unstructured.NestedSlice(etcd, "envFrom")
-		for _, e := range ef {
-			if m, ok := e.(map[string]any); ok {
-				if n, _, _ := unstructured.NestedString(m, "configMapRef", "name"); n == c.MembershipConfigMap {
-					found = true
-				}
-			}
-		}
-		if !found {
-			add("%s: the etcd container needs envFrom configMapRef %s (the membership hook: members join with the initial cluster the operator writes there)", where, c.MembershipConfigMap)
-		}
-	}
+	checkEtcdContainer(etcd, c, where, add)
 	mounted := false
 	vms, _, _ := unstructured.NestedSlice(etcd, "volumeMounts")
 	for _, v := range vms {
 		if m, ok := v.(map[string]any); ok && m["name"] == "data" {
-			mounted = true
+			mounted = m["mountPath"] == DataMount
 		}
 	}
 	if !mounted {
-		add("%s: the etcd container needs the volume data mounted (its data directory)", where)
+		add("%s: the etcd container needs the volume data mounted at %s (a restore writes the data there)", where, DataMount)
 	}
 	if c.Ephemeral {
 		return
@@ -178,11 +209,87 @@ func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[s
 		if m, ok := v.(map[string]any); ok {
 			if n, _, _ := unstructured.NestedString(m, "metadata", "name"); n == "data" {
 				hasData = true
+				l, _, _ := unstructured.NestedStringMap(m, "metadata", "labels")
+				for k, v := range c.ClaimLabels {
+					if l[k] != v {
+						add("%s: the data claim template needs the label %s=%s (the operator finds the members' claims by it)", where, k, v)
+					}
+				}
 			}
 		}
 	}
 	if !hasData {
 		add("%s: needs a volume claim template named data (the members' data survives a pod)", where)
+	}
+}
+
+// checkEtcdContainer checks the flags and environment of the etcd container: the ones the
+// operator reads or relies on are there, and nothing overrides the membership hook.
+func checkEtcdContainer(etcd map[string]any, c Contract, where string, add func(string, ...any)) {
+	args, _, _ := unstructured.NestedStringSlice(etcd, "args")
+	cmd, _, _ := unstructured.NestedStringSlice(etcd, "command")
+	all := append(append([]string{}, cmd...), args...)
+	has := func(prefix string) bool {
+		for _, a := range all {
+			if strings.HasPrefix(a, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	required := []string{"--name=$(POD_NAME)", "--data-dir=" + DataDir, "--listen-peer-urls=", "--initial-advertise-peer-urls=", "--advertise-client-urls="}
+	if c.Token != "" {
+		required = append(required, "--initial-cluster-token="+c.Token)
+	}
+	for _, r := range required {
+		exact := !strings.HasSuffix(r, "=")
+		found := false
+		for _, a := range all {
+			if (exact && a == r) || (!exact && strings.HasPrefix(a, r)) {
+				found = true
+			}
+		}
+		if !found {
+			add("%s: the etcd container needs the flag %s", where, r)
+		}
+	}
+	if c.MembershipConfigMap == "" {
+		return
+	}
+	for _, f := range []string{"--initial-cluster=", "--initial-cluster-state=", "--force-new-cluster"} {
+		if has(f) {
+			add("%s: the etcd container may not set %s: the operator forms the cluster and adds members through the membership ConfigMap", where, strings.TrimSuffix(f, "="))
+		}
+	}
+	env, _, _ := unstructured.NestedSlice(etcd, "env")
+	for _, e := range env {
+		if m, ok := e.(map[string]any); ok {
+			if n, _ := m["name"].(string); strings.HasPrefix(n, "ETCD_") {
+				add("%s: the etcd container may not set the environment variable %s: etcd reads ETCD_* variables as flags, which the operator owns", where, n)
+			}
+		}
+	}
+	ef, _, _ := unstructured.NestedSlice(etcd, "envFrom")
+	last := -1
+	for i, e := range ef {
+		m, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		if n, _, _ := unstructured.NestedString(m, "configMapRef", "name"); n == c.MembershipConfigMap {
+			last = i
+			continue
+		}
+		p, _ := m["prefix"].(string)
+		if p == "" || strings.HasPrefix("ETCD_", p) || strings.HasPrefix(p, "ETCD_") {
+			add("%s: envFrom[%d] of the etcd container needs a prefix that cannot make an ETCD_* variable (it has %q): etcd reads them as flags", where, i, p)
+		}
+	}
+	switch {
+	case last < 0:
+		add("%s: the etcd container needs envFrom configMapRef %s (the membership hook: members join with the initial cluster the operator writes there)", where, c.MembershipConfigMap)
+	case last != len(ef)-1:
+		add("%s: envFrom configMapRef %s must be the etcd container's last envFrom source, so nothing overrides it", where, c.MembershipConfigMap)
 	}
 }
 

@@ -29,11 +29,36 @@ func render(t testing.TB, c *v1alpha1.EtcdCluster) []*unstructured.Unstructured 
 	return objs
 }
 
+// contract is what controllers.contractOf makes of c.
 func contract(c *v1alpha1.EtcdCluster) chartcontract.Contract {
 	return chartcontract.Contract{Name: c.Name, Namespace: c.Namespace,
 		SelectorLabels:      map[string]string{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name},
 		MembershipConfigMap: values.MembershipConfigMapName(c.Name),
-		Ephemeral:           c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral}
+		Ephemeral:           c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral,
+		ClientService:       c.Name + "-client",
+		PodLabels:           map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+		ClaimLabels:         map[string]string{v1alpha1.LabelCluster: c.Name},
+		Token:               values.ClusterToken(c),
+		Reserved:            []string{"ConfigMap/" + values.MembershipConfigMapName(c.Name), "Secret/" + v1alpha1.CASecretName(c.Name)},
+	}
+}
+
+// etcdContainer returns the etcd container of the rendered StatefulSet and a function that
+// writes it back.
+func etcdContainer(objs []*unstructured.Unstructured) (map[string]any, func()) {
+	s := find(objs, "StatefulSet", "etcd")
+	cs, _, _ := unstructured.NestedSlice(s.Object, "spec", "template", "spec", "containers")
+	etcd := cs[0].(map[string]any)
+	return etcd, func() { _ = unstructured.SetNestedSlice(s.Object, cs, "spec", "template", "spec", "containers") }
+}
+
+func withObject(objs []*unstructured.Unstructured, apiVersion, kind, name string) []*unstructured.Unstructured {
+	o := &unstructured.Unstructured{}
+	o.SetAPIVersion(apiVersion)
+	o.SetKind(kind)
+	o.SetName(name)
+	o.SetNamespace("team-a")
+	return append(objs, o)
 }
 
 func cluster(mutate func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
@@ -104,6 +129,55 @@ func TestBrokenRendersSayWhatIsMissing(t *testing.T) {
 			ns.SetName("mine")
 			return append(objs, ns)
 		}, []string{"Service etcd: spec.clusterIP must be None", `Service etcd-client is in namespace "elsewhere"`, "Namespace mine is cluster-scoped"}},
+		{"flags the operator relies on", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			etcd, put := etcdContainer(objs)
+			var args []any
+			for _, a := range etcd["args"].([]any) {
+				switch s := a.(string); {
+				case s == "--data-dir=/var/lib/etcd/data":
+					args = append(args, "--data-dir=/var/lib/etcd")
+				case strings.HasPrefix(s, "--initial-cluster-token="):
+					args = append(args, "--initial-cluster-token=fixed")
+				case strings.HasPrefix(s, "--name="):
+				default:
+					args = append(args, a)
+				}
+			}
+			etcd["args"] = append(args, "--force-new-cluster", "--initial-cluster-state=new")
+			put()
+			return objs
+		}, []string{"needs the flag --data-dir=/var/lib/etcd/data", "needs the flag --initial-cluster-token=etcd-uid-1", "needs the flag --name=$(POD_NAME)",
+			"may not set --force-new-cluster", "may not set --initial-cluster-state"}},
+		{"environment that overrides the membership hook", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			etcd, put := etcdContainer(objs)
+			etcd["env"] = append(etcd["env"].([]any), map[string]any{"name": "ETCD_INITIAL_CLUSTER_STATE", "value": "new"})
+			etcd["envFrom"] = append(etcd["envFrom"].([]any),
+				map[string]any{"configMapRef": map[string]any{"name": "flags"}, "prefix": "ETCD"},
+				map[string]any{"secretRef": map[string]any{"name": "more"}})
+			put()
+			return objs
+		}, []string{"may not set the environment variable ETCD_INITIAL_CLUSTER_STATE", `envFrom[1] of the etcd container needs a prefix that cannot make an ETCD_* variable (it has "ETCD")`,
+			`envFrom[2] of the etcd container needs a prefix`, "must be the etcd container's last envFrom source"}},
+		{"labels the operator finds pods and claims by", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			s := find(objs, "StatefulSet", "etcd")
+			unstructured.RemoveNestedField(s.Object, "spec", "template", "metadata", "labels", v1alpha1.LabelManagedBy)
+			vcts, _, _ := unstructured.NestedSlice(s.Object, "spec", "volumeClaimTemplates")
+			unstructured.RemoveNestedField(vcts[0].(map[string]any), "metadata", "labels", v1alpha1.LabelCluster)
+			_ = unstructured.SetNestedSlice(s.Object, vcts, "spec", "volumeClaimTemplates")
+			return objs
+		}, []string{"the pod template needs the label app.kubernetes.io/managed-by=etcd-pilot", "the data claim template needs the label etcdpilot.io/cluster=etcd"}},
+		{"kinds and names the operator owns", func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			objs = withObject(objs, "v1", "PersistentVolumeClaim", "data-etcd-0")
+			objs = withObject(objs, "v1", "ConfigMap", "etcd-membership")
+			objs = withObject(objs, "v1", "Secret", "etcd-ca")
+			var out []*unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetName() != "etcd-client" {
+					out = append(out, o)
+				}
+			}
+			return out
+		}, []string{"PersistentVolumeClaim data-etcd-0 may not be rendered", "ConfigMap etcd-membership is the operator's own", "Secret etcd-ca is the operator's own", "no Service etcd-client"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := chartcontract.Check(tc.break_(render(t, c)), contract(c))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -82,6 +83,18 @@ func patchOne(o *unstructured.Unstructured, p v1alpha1.ChartPatch) error {
 			}
 		}
 	case len(p.JSON) > 0:
+		for i, op := range p.JSON {
+			if !strings.HasPrefix(op.Path, "/") {
+				return fmt.Errorf("json[%d]: path %q must start with / (a patch may not replace the whole object)", i, op.Path)
+			}
+			needsValue := op.Op == "add" || op.Op == "replace" || op.Op == "test"
+			if needsValue && (op.Value == nil || len(op.Value.Raw) == 0) {
+				return fmt.Errorf("json[%d]: %s needs value (to drop a field use remove)", i, op.Op)
+			}
+			if (op.Op == "move" || op.Op == "copy") && !strings.HasPrefix(op.From, "/") {
+				return fmt.Errorf("json[%d]: %s needs from, a path starting with /", i, op.Op)
+			}
+		}
 		ops, err := json.Marshal(p.JSON)
 		if err != nil {
 			return fmt.Errorf("failed to encode the JSON patch: %w", err)
@@ -102,6 +115,11 @@ func patchOne(o *unstructured.Unstructured, p v1alpha1.ChartPatch) error {
 		return fmt.Errorf("the patch left no object: %w", err)
 	}
 	u := &unstructured.Unstructured{Object: next}
+	for _, field := range []string{"labels", "annotations"} {
+		if _, _, err := unstructured.NestedStringMap(next, "metadata", field); err != nil {
+			return fmt.Errorf("metadata.%s must map strings to strings (quote values such as \"true\"): %w", field, err)
+		}
+	}
 	if u.GetKind() != o.GetKind() || u.GetAPIVersion() != o.GetAPIVersion() || u.GetName() != o.GetName() || u.GetNamespace() != o.GetNamespace() {
 		return fmt.Errorf("a patch may not change an object's apiVersion, kind, name or namespace (got %s %s %s/%s)",
 			u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())

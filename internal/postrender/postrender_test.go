@@ -106,6 +106,9 @@ func TestRefusals(t *testing.T) {
 		{"failed test", v1alpha1.ChartPatch{Target: v1alpha1.PatchTarget{Kind: "Service"}, JSON: []v1alpha1.JSONPatchOperation{{Op: "test", Path: "/spec/ports/0/port", Value: raw(`1`)}}}, "failed to apply the JSON patch"},
 		{"missing path", v1alpha1.ChartPatch{Target: v1alpha1.PatchTarget{Kind: "Service"}, JSON: []v1alpha1.JSONPatchOperation{{Op: "remove", Path: "/spec/nothing"}}}, "failed on Service etcd-client"},
 		{"not an object", v1alpha1.ChartPatch{Target: v1alpha1.PatchTarget{Kind: "Service"}, StrategicMerge: raw(`[1]`)}, "strategicMerge must be an object"},
+		{"root test without value", v1alpha1.ChartPatch{Target: v1alpha1.PatchTarget{Kind: "Service"}, JSON: []v1alpha1.JSONPatchOperation{{Op: "test", Path: ""}}}, `path "" must start with /`},
+		{"add without value", v1alpha1.ChartPatch{Target: v1alpha1.PatchTarget{Kind: "Service"}, JSON: []v1alpha1.JSONPatchOperation{{Op: "add", Path: "/metadata/labels"}}}, "add needs value"},
+		{"a label that is not a string", v1alpha1.ChartPatch{Target: v1alpha1.PatchTarget{Kind: "Service"}, StrategicMerge: raw(`{"metadata":{"annotations":{"scrape":true}}}`)}, "metadata.annotations must map strings to strings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := []*unstructured.Unstructured{svc("etcd-client")}

@@ -148,7 +148,7 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, erro
 	// The token is unique to this object, so a volume left over from an earlier cluster of the
 	// same name can never join this one.
 	if c.UID != "" {
-		v.Etcd.ClusterToken = fmt.Sprintf("%s-%s", c.Name, c.UID)
+		v.Etcd.ClusterToken = ClusterToken(c)
 	}
 
 	v.Storage.Size = DefaultStorageSize
@@ -305,6 +305,10 @@ func selector(in *v1alpha1.LabelSelector) *metav1.LabelSelector {
 	}
 	return out
 }
+
+// ClusterToken is the --initial-cluster-token of c's members, from its UID (which c must
+// have): unique to this object, so a volume of an earlier cluster of the name never joins.
+func ClusterToken(c *v1alpha1.EtcdCluster) string { return fmt.Sprintf("%s-%s", c.Name, c.UID) }
 
 // MembershipConfigMapName is the ConfigMap through which the operator tells joining members
 // the initial cluster and its state.
