@@ -3,12 +3,17 @@ package charts
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"helm.sh/helm/v3/pkg/registry"
 )
+
+// pullTimeout bounds each request of a pull.
+const pullTimeout = time.Minute
 
 // OCIOptions say how to reach a registry.
 type OCIOptions struct {
@@ -19,12 +24,24 @@ type OCIOptions struct {
 }
 
 // PullOCI pulls version of the chart at repository (oci://HOST/PATH/CHART) with Helm's
-// registry client and returns a Renderer for it and the chart's digest.
-func PullOCI(repository, version string, o OCIOptions) (*Renderer, string, error) {
+// registry client and returns the packaged chart (for FromArchive) and its digest.
+func PullOCI(repository, version string, o OCIOptions) ([]byte, string, error) {
 	ref := strings.TrimPrefix(repository, "oci://") + ":" + version
-	// Helm reads and writes registry logins in a credentials file; the operator keeps none.
-	creds := filepath.Join(os.TempDir(), "etcd-pilot-no-registry-credentials.json")
-	opts := []registry.ClientOption{registry.ClientOptCredentialsFile(creds), registry.ClientOptWriter(&bytes.Buffer{})}
+	// Helm reads and writes registry logins in a credentials file; the operator keeps none:
+	// an empty one of its own, gone after the pull.
+	dir, err := os.MkdirTemp("", "etcd-pilot-registry-")
+	if err != nil {
+		return nil, "", fmt.Errorf("failed to create a folder for the registry client: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	// A client of our own: a deadline, so a registry that stalls does not hold a worker,
+	// and no silent fall back from HTTPS to plain HTTP (Helm's default transport does that,
+	// which would send a login in the clear).
+	hc := &http.Client{Timeout: pullTimeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	opts := []registry.ClientOption{
+		registry.ClientOptCredentialsFile(filepath.Join(dir, "config.json")), registry.ClientOptWriter(&bytes.Buffer{}),
+		registry.ClientOptHTTPClient(hc),
+	}
 	if o.PlainHTTP {
 		opts = append(opts, registry.ClientOptPlainHTTP())
 	}
@@ -39,9 +56,8 @@ func PullOCI(repository, version string, o OCIOptions) (*Renderer, string, error
 	if err != nil {
 		return nil, "", fmt.Errorf("failed to pull chart %s: %w", ref, err)
 	}
-	r, err := FromArchive(res.Chart.Data)
-	if err != nil {
+	if _, err := FromArchive(res.Chart.Data); err != nil {
 		return nil, "", err
 	}
-	return r, res.Manifest.Digest, nil
+	return res.Chart.Data, res.Manifest.Digest, nil
 }

@@ -15,10 +15,13 @@ import (
 func TestPullOCIRendersLikeTheSameChartEmbedded(t *testing.T) {
 	reg := ociregistry.New("team", "s3cret")
 	defer reg.Close()
-	archive := testutil.PackageChart(t, charts.ChartDir, "etcd-cluster", nil)
-	want := reg.Push("platform/etcd-cluster", "etcd-cluster", "0.1.0", archive)
+	want := reg.Push("platform/etcd-cluster", "etcd-cluster", "0.1.0", testutil.PackageChart(t, charts.ChartDir, "etcd-cluster", nil))
 
-	r, digest, err := charts.PullOCI("oci://"+reg.Host()+"/platform/etcd-cluster", "0.1.0", charts.OCIOptions{PlainHTTP: true, Username: "team", Password: "s3cret"})
+	archive, digest, err := charts.PullOCI("oci://"+reg.Host()+"/platform/etcd-cluster", "0.1.0", charts.OCIOptions{PlainHTTP: true, Username: "team", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := charts.FromArchive(archive)
 	if err != nil {
 		t.Fatal(err)
 	}

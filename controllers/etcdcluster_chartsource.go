@@ -9,9 +9,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,10 +43,16 @@ type chartSources struct {
 	mu      sync.Mutex
 	entries map[types.NamespacedName]chartSourceEntry
 
-	capsOnce sync.Once
-	caps     *charts.Capabilities
-	capsErr  error
+	capsAt time.Time
+	caps   *charts.Capabilities
+	// pulled are the charts pulled from registries, by repository, version and login: a
+	// version is pulled once, whatever the capabilities.
+	pulled map[string][]byte
 }
+
+// capabilitiesTTL is how long the cluster's version and API versions are kept: a CRD
+// installed later reaches charts within it.
+const capabilitiesTTL = 10 * time.Minute
 
 type chartSourceEntry struct {
 	key      string // what the Renderer was built from; another key builds anew
@@ -54,16 +62,18 @@ type chartSourceEntry struct {
 // get returns the Renderer cached for name when it was built from key, else builds one with
 // the cluster's capabilities and caches it. A failed build is not cached.
 func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*charts.Capabilities, error), build func(*charts.Capabilities) (*charts.Renderer, error)) (*charts.Renderer, error) {
+	cs, err := caps()
+	if err != nil {
+		return nil, err
+	}
+	// Capabilities read anew build anew: a CRD installed since reaches the chart.
+	key = fmt.Sprintf("%s caps=%p", key, cs)
 	s.mu.Lock()
 	if e, ok := s.entries[name]; ok && e.key == key {
 		s.mu.Unlock()
 		return e.renderer, nil
 	}
 	s.mu.Unlock()
-	cs, err := caps()
-	if err != nil {
-		return nil, err
-	}
 	rend, err := build(cs)
 	if err != nil {
 		return nil, err
@@ -88,13 +98,22 @@ func (r *EtcdClusterReconciler) rendererFor(ctx context.Context, c *v1alpha1.Etc
 	if src.OCI != nil {
 		return r.ociRenderer(ctx, c)
 	}
-	cm, key, err := chartConfigMap(ctx, r.apiReader(), c)
-	if err != nil {
-		return nil, err
+	// Its metadata every pass (a chart may be near a MiB); all of it only when it changed.
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	name := types.NamespacedName{Namespace: c.Namespace, Name: src.ConfigMap.Name}
+	if err := r.apiReader().Get(ctx, name, meta); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, configMapMissing(name, src.ConfigMap.Key)
+		}
+		return nil, fmt.Errorf("failed to get chart ConfigMap %s: %w", name, err)
 	}
-	name := types.NamespacedName{Namespace: cm.Namespace, Name: cm.Name}
-	built := fmt.Sprintf("%s@%s/%s", cm.UID, cm.ResourceVersion, key)
+	built := fmt.Sprintf("%s@%s/%s", meta.UID, meta.ResourceVersion, src.ConfigMap.Key)
 	return r.sources.get(name, built, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
+		cm, key, err := chartConfigMap(ctx, r.apiReader(), c)
+		if err != nil {
+			return nil, err
+		}
 		return chartFromConfigMap(cm, key, caps)
 	})
 }
@@ -107,23 +126,44 @@ func (r *EtcdClusterReconciler) ociRenderer(ctx context.Context, c *v1alpha1.Etc
 	if err != nil {
 		return nil, err
 	}
-	name := types.NamespacedName{Namespace: c.Namespace, Name: "oci:" + o.Repository}
 	key := fmt.Sprintf("%s:%s plain=%t secret=%s@%s", o.Repository, o.Version, o.PlainHTTP, o.PullSecret, secretVersion)
-	pulled := false
-	rend, err := r.sources.get(name, key, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
-		pulled = true
-		return pullOCI(o, opts, caps)
+	// By the whole key: clusters of a namespace on different versions keep one each.
+	name := types.NamespacedName{Namespace: c.Namespace, Name: "oci:" + key}
+	return r.sources.get(name, key, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
+		s := &r.sources
+		s.mu.Lock()
+		archive, ok := s.pulled[key]
+		s.mu.Unlock()
+		if !ok {
+			var err error
+			if archive, err = pullOCI(o, opts); err != nil {
+				return nil, err
+			}
+			s.mu.Lock()
+			if s.pulled == nil {
+				s.pulled = map[string][]byte{}
+			}
+			s.pulled[key] = archive
+			s.mu.Unlock()
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
+		}
+		return rendererWith(archive, caps)
 	})
-	if pulled && err == nil {
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
-	}
-	return rend, err
 }
 
-func pullOCI(o *v1alpha1.OCIChartSource, opts charts.OCIOptions, caps *charts.Capabilities) (*charts.Renderer, error) {
-	rend, _, err := charts.PullOCI(o.Repository, o.Version, opts)
+func pullOCI(o *v1alpha1.OCIChartSource, opts charts.OCIOptions) ([]byte, error) {
+	archive, _, err := charts.PullOCI(o.Repository, o.Version, opts)
 	if err != nil {
 		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source.oci: %v", err)}
+	}
+	return archive, nil
+}
+
+// rendererWith is a Renderer of the packaged chart with caps (nil: Helm's defaults).
+func rendererWith(archive []byte, caps *charts.Capabilities) (*charts.Renderer, error) {
+	rend, err := charts.FromArchive(archive)
+	if err != nil {
+		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source: %v", err)}
 	}
 	if caps != nil {
 		return rend.WithCapabilities(*caps)
@@ -150,7 +190,7 @@ func ociOptions(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdClust
 	host := strings.SplitN(strings.TrimPrefix(o.Repository, "oci://"), "/", 2)[0]
 	user, pass, ok := dockerConfigLogin(sec.Data[corev1.DockerConfigJsonKey], host)
 	if !ok {
-		return opts, "", &ChartSourceError{fmt.Sprintf("spec.chart.source.oci.pullSecret: Secret %s has no login for %s in %s", name, host, corev1.DockerConfigJsonKey)}
+		return opts, "", &ChartSourceError{fmt.Sprintf("spec.chart.source.oci.pullSecret: Secret %s has no login (username and password, or auth) for %s in %s; identity tokens are not supported", name, host, corev1.DockerConfigJsonKey)}
 	}
 	opts.Username, opts.Password = user, pass
 	return opts, sec.ResourceVersion, nil
@@ -173,11 +213,11 @@ func dockerConfigLogin(data []byte, host string) (string, string, bool) {
 		if k != host {
 			continue
 		}
-		if a.Username != "" || a.Password != "" {
+		if a.Username != "" && a.Password != "" {
 			return a.Username, a.Password, true
 		}
 		if b, err := base64.StdEncoding.DecodeString(a.Auth); err == nil {
-			if u, p, ok := strings.Cut(string(b), ":"); ok {
+			if u, p, ok := strings.Cut(string(b), ":"); ok && u != "" && p != "" {
 				return u, p, true
 			}
 		}
@@ -186,8 +226,9 @@ func dockerConfigLogin(data []byte, host string) (string, string, bool) {
 }
 
 // ChartFor returns the Renderer of c's chart as the operator would pick it: embedded unless
-// spec.chart.source names a ConfigMap, read with reader; caps (nil: Helm's defaults) are what
-// such a chart sees of the cluster. For `etcd-pilot render --live`.
+// spec.chart.source names a ConfigMap (read with reader) or an OCI chart (pulled now); d
+// reads what such a chart sees of the cluster (nil: Helm's defaults). For `etcd-pilot
+// render --live`.
 func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
 	src := c.Spec.Chart.Source
 	if src == nil || (src.ConfigMap == nil && src.OCI == nil) {
@@ -205,7 +246,11 @@ func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryIn
 		if err != nil {
 			return nil, err
 		}
-		return pullOCI(src.OCI, opts, caps)
+		archive, err := pullOCI(src.OCI, opts)
+		if err != nil {
+			return nil, err
+		}
+		return rendererWith(archive, caps)
 	}
 	cm, key, err := chartConfigMap(ctx, reader, c)
 	if err != nil {
@@ -224,11 +269,18 @@ func chartConfigMap(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdC
 	cm := &corev1.ConfigMap{}
 	if err := reader.Get(ctx, name, cm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", &ChartSourceError{fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s not found; create it with the packaged chart under binaryData key %s (kubectl create configmap %s --from-file=%s=CHART.tgz)", name, key, name.Name, key)}
+			return nil, "", configMapMissing(name, key)
 		}
 		return nil, "", fmt.Errorf("failed to get chart ConfigMap %s: %w", name, err)
 	}
 	return cm, key, nil
+}
+
+func configMapMissing(name types.NamespacedName, key string) error {
+	if key == "" {
+		key = "chart.tgz"
+	}
+	return &ChartSourceError{fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s not found; create it with the packaged chart under binaryData key %s (kubectl create configmap %s --from-file=%s=CHART.tgz)", name, key, name.Name, key)}
 }
 
 func chartFromConfigMap(cm *corev1.ConfigMap, key string, caps *charts.Capabilities) (*charts.Renderer, error) {
@@ -252,17 +304,25 @@ func chartFromConfigMap(cm *corev1.ConfigMap, key string, caps *charts.Capabilit
 	return rend, nil
 }
 
-// capabilities reads the cluster's version and API versions once, for charts from a
-// spec.chart.source (the embedded chart does not depend on them). nil without Discovery.
+// capabilities reads the cluster's version and API versions for charts from a
+// spec.chart.source (the embedded chart does not depend on them), again after
+// capabilitiesTTL; a failed read is not kept. nil without Discovery.
 func (r *EtcdClusterReconciler) capabilities() (*charts.Capabilities, error) {
 	if r.Discovery == nil {
 		return nil, nil
 	}
 	s := &r.sources
-	s.capsOnce.Do(func() {
-		s.caps, s.capsErr = readCapabilities(r.Discovery)
-	})
-	return s.caps, s.capsErr
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.caps != nil && time.Since(s.capsAt) < capabilitiesTTL {
+		return s.caps, nil
+	}
+	caps, err := readCapabilities(r.Discovery)
+	if err != nil {
+		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source: %v (the chart sees them as .Capabilities)", err)}
+	}
+	s.caps, s.capsAt = caps, time.Now()
+	return caps, nil
 }
 
 func readCapabilities(d discovery.DiscoveryInterface) (*charts.Capabilities, error) {

@@ -422,6 +422,19 @@ func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.E
 			}
 		}
 	}
+	// A kind the chart renders for the first time is recorded before anything of it is
+	// applied: should the pass end before its status is written, a later pass still prunes
+	// objects of that kind once the chart stops rendering them.
+	current := extraKinds(desired)
+	if grown := unionKinds(c.Status.ExtraKinds, current); len(grown) > len(c.Status.ExtraKinds) {
+		rec := c.DeepCopy()
+		before := rec.DeepCopy()
+		rec.Status.ExtraKinds = grown
+		if err := r.Client.Status().Patch(ctx, rec, client.MergeFrom(before)); err != nil {
+			return fmt.Errorf("failed to record status.extraKinds of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		c.Status.ExtraKinds = grown
+	}
 	res, err := r.applier.Apply(ctx, apply)
 	if len(res.Applied) > 0 {
 		r.Recorder.Eventf(c, nil, "Normal", "Applied", "Apply", "Applied %v", res.Applied)
@@ -429,10 +442,6 @@ func (r *EtcdClusterReconciler) applyAndPrune(ctx context.Context, c *v1alpha1.E
 	if err != nil {
 		return err
 	}
-	// Kinds beyond the built-in ones are recorded before they are pruned by, so a kind the
-	// chart stops rendering altogether is still pruned on a later pass.
-	current := extraKinds(desired)
-	c.Status.ExtraKinds = unionKinds(c.Status.ExtraKinds, current)
 	pruned, err := r.applier.Prune(ctx, r.inventory(c, desired))
 	if len(pruned) > 0 {
 		r.Recorder.Eventf(c, nil, "Normal", "Pruned", "Prune", "Deleted %v: the chart no longer renders them", pruned)
@@ -500,7 +509,12 @@ func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1
 	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerName) {
 		return ctrl.Result{}, nil
 	}
-	remaining, err := r.applier.Delete(ctx, r.inventory(c, nil))
+	// The built-in kinds only: objects of status.extraKinds carry the cluster as their owner,
+	// so the garbage collector deletes them, even where the operator's role was never
+	// granted the kind.
+	inv := r.inventory(c, nil)
+	inv.Kinds = OwnedKinds
+	remaining, err := r.applier.Delete(ctx, inv)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

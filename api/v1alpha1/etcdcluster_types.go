@@ -393,8 +393,8 @@ type ChartSource struct {
 // OCIChartSource is a chart version in an OCI registry.
 type OCIChartSource struct {
 	// Repository is the chart's reference without its version, as `helm pull` takes it:
-	// oci://HOST[:PORT]/PATH/CHART.
-	// +kubebuilder:validation:Pattern=`^oci://[^\s/]+(/[^\s/:@]+)+$`
+	// oci://HOST[:PORT]/PATH/CHART (no login in it: use pullSecret).
+	// +kubebuilder:validation:Pattern=`^oci://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s/:@]+)+$`
 	// +kubebuilder:validation:MaxLength=512
 	Repository string `json:"repository"`
 	// Version is the chart version to pull (its tag in the registry). Pin it: the operator
