@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,8 @@ import (
 	etcdpilotv1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/userns"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
 // TestMain lets the test binary play etcd-pilot-local (cmd/etcd-pilot-local's main is one call
@@ -156,7 +157,7 @@ func TestUpAsAnotherUser(t *testing.T) {
 	upStart := time.Now()
 	up := asUser(exec.Command(bin, "up", "--dir", dir, "--nodes", "1", "--operator=false", "--operator-binary", bin))
 	up.Dir, up.Env = root, env
-	var upErr syncBuffer
+	var upErr testutil.SyncBuffer
 	up.Stderr = &upErr
 	stdout, err := up.StdoutPipe()
 	if err != nil {
@@ -421,22 +422,4 @@ func tail(path string) string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -30,17 +30,7 @@ import (
 const helmVersion = "v3.22.0"
 
 // repoRoot returns the repository's root: this package is at test/helmparity.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("failed to find the repository root from %s: %v", root, err)
-	}
-	return root
-}
+func repoRoot(t *testing.T) string { return testutil.RepoRoot(t) }
 
 // helmBinary returns the Helm CLI: $HELM, else bin/helm/<version>/helm, built with
 // hack/build-helm.sh when it is missing.

@@ -17,22 +17,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
 // version is a stand-in VERSION: both builds must put it where the other does.
 const version = "v0.0.0-packaging-test"
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("failed to find the repository root from %s: %v", root, err)
-	}
-	return root
-}
+func repoRoot(t *testing.T) string { return testutil.RepoRoot(t) }
 
 // dockerfile is what the tests read from the Dockerfile.
 type dockerfile struct {

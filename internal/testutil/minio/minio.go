@@ -4,8 +4,6 @@
 package minio
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -14,17 +12,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
 const (
-	module = "github.com/etcd-pilot/etcd-pilot"
 	// startTimeout bounds how long the server may take to report ready.
 	startTimeout = time.Minute
 	// pollInterval is how often Start asks whether the server is ready.
@@ -54,11 +52,11 @@ func Start(t testing.TB) *Server {
 	// MinIO binds the ports itself, so a port found free here can be taken before it does: then
 	// it exits, and we try again with other ports (any early exit is retried, twice).
 	var p *proc
-	var out *syncBuffer
+	var out *testutil.SyncBuffer
 	for attempt := 1; ; attempt++ {
 		addr, console := freeAddr(t), freeAddr(t)
 		s.Endpoint = "http://" + addr
-		out = &syncBuffer{}
+		out = &testutil.SyncBuffer{}
 		cmd := exec.Command(bin, "server", data, "--address", addr, "--console-address", console, "--quiet")
 		cmd.Env = append(os.Environ(),
 			"MINIO_ROOT_USER="+s.AccessKey,
@@ -137,38 +135,11 @@ func binary(t testing.TB) string {
 		}
 		return p
 	}
-	p := filepath.Join(repoRoot(t), "bin", "minio")
+	p := filepath.Join(testutil.RepoRoot(t), "bin", "minio")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("no MinIO server at %s (%v): run `make tools` or hack/build-minio.sh to build it, or set MINIO", p, err)
 	}
 	return p
-}
-
-// repoRoot walks up from the working folder (the package under test) to this module's go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && modulePath(data) == module {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			t.Fatalf("failed to find the repository root (the go.mod of %s) above %s", module, dir)
-		}
-	}
-}
-
-func modulePath(gomod []byte) string {
-	sc := bufio.NewScanner(bytes.NewReader(gomod))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "module" {
-			return strings.Trim(f[1], `"`)
-		}
-	}
-	return ""
 }
 
 // freeAddr returns a loopback address whose port was free a moment ago.
@@ -214,24 +185,6 @@ func isDone(c <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// syncBuffer collects the server's output, written from exec's copying goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // proc is a started server process.
