@@ -127,7 +127,7 @@ func CheckTo(ops []Op, timeout time.Duration, visualizationFile string) Result {
 	for i, out := range outcome {
 		switch out {
 		case porcupine.Illegal:
-			res.Detail = describeViolation(keys[i], byKey[keys[i]], res.VisualizationFile)
+			res.Detail = describeViolation(keys[i], byKey[keys[i]], res.VisualizationFile, max(time.Until(deadline), minDetailTime))
 			return res
 		case porcupine.Unknown:
 			undecided++
@@ -468,11 +468,15 @@ func describe(o *Op, t0 int64) string {
 	return fmt.Sprintf("[%.3fms .. %s] %s", float64(o.Call-t0)/1e6, ret, describeOp(o))
 }
 
+// minDetailTime is the least time the detailed rerun of a key found not linearizable gets,
+// even when Check's own time is up.
+const minDetailTime = 10 * time.Second
+
 // describeViolation runs porcupine verbosely on one key's ops and says where the longest
 // linearization it found ends and which ops could not be placed after it.
-func describeViolation(key string, ops []porcupine.Operation, visualizationFile string) string {
+func describeViolation(key string, ops []porcupine.Operation, visualizationFile string, timeout time.Duration) string {
 	const context = 6
-	result, info := porcupine.CheckOperationsVerbose(keyModel, ops, time.Minute)
+	result, info := porcupine.CheckOperationsVerbose(keyModel, ops, timeout)
 	var b strings.Builder
 	fmt.Fprintf(&b, "key %q is not linearizable (%d ops)", key, len(ops))
 	if visualizationFile != "" {

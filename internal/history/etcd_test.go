@@ -1,4 +1,4 @@
-package history
+package history_test
 
 import (
 	"context"
@@ -8,59 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/etcd-pilot/etcd-pilot/internal/history"
+	"github.com/etcd-pilot/etcd-pilot/internal/history/etcdkv"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 )
-
-// do runs one op against etcd through the recorder, with the client's per-op timeout, and
-// returns what it read (for the client's next compare).
-func do(cli *clientv3.Client, r *Recorder, client int, op Op, timeout time.Duration) Op {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	p := r.Begin(client, op)
-	var res Op
-	var err error
-	switch op.Kind {
-	case Put:
-		var resp *clientv3.PutResponse
-		if resp, err = cli.Put(ctx, op.Key, op.Value); err == nil {
-			res.Revision = resp.Header.Revision
-		}
-	case Get:
-		var resp *clientv3.GetResponse
-		if resp, err = cli.Get(ctx, op.Key); err == nil {
-			res.Revision = resp.Header.Revision
-			if len(resp.Kvs) > 0 {
-				res.Found, res.Got, res.ModRevision = true, string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
-			}
-		}
-	case Txn:
-		cmp := clientv3.Compare(clientv3.Value(op.Key), "=", op.Expect)
-		if op.Expect == "" {
-			cmp = clientv3.Compare(clientv3.CreateRevision(op.Key), "=", 0)
-		}
-		var resp *clientv3.TxnResponse
-		resp, err = cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(op.Key, op.Value)).Else(clientv3.OpGet(op.Key)).Commit()
-		if err == nil {
-			res.Revision, res.Succeeded = resp.Header.Revision, resp.Succeeded
-			if !resp.Succeeded {
-				if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-					res.Found, res.Got, res.ModRevision = true, string(kvs[0].Value), kvs[0].ModRevision
-				}
-			}
-		}
-	case Delete:
-		var resp *clientv3.DeleteResponse
-		if resp, err = cli.Delete(ctx, op.Key); err == nil {
-			res.Revision, res.Found = resp.Header.Revision, resp.Deleted > 0
-		}
-	}
-	p.Done(res, err)
-	return res
-}
 
 // TestRealEtcd records 8 clients doing puts, gets, txns and deletes on 20 keys of a real etcd
 // for two seconds (one of them with timeouts so short that some of its requests end unknown)
@@ -80,7 +34,7 @@ func TestRealEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	watch := WatchRecord{Watcher: 1, Prefix: prefix, StartRev: first.Header.Revision}
+	watch := history.WatchRecord{Watcher: 1, Prefix: prefix, StartRev: first.Header.Revision}
 	var watchMu sync.Mutex
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -97,14 +51,13 @@ func TestRealEtcd(t *testing.T) {
 				watch.Canceled, watch.CompactRev = true, resp.CompactRevision
 			}
 			for _, ev := range resp.Events {
-				watch.Events = append(watch.Events, WatchEvent{Key: string(ev.Kv.Key), Value: string(ev.Kv.Value), Delete: ev.Type == mvccpb.DELETE,
-					ModRevision: ev.Kv.ModRevision, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version})
+				watch.Events = append(watch.Events, etcdkv.Event(ev))
 			}
 			watchMu.Unlock()
 		}
 	}()
 
-	r := NewRecorder()
+	r := history.NewRecorder()
 	end := time.Now().Add(2 * time.Second)
 	var wg sync.WaitGroup
 	for c := range 8 {
@@ -115,28 +68,30 @@ func TestRealEtcd(t *testing.T) {
 			seen := map[string]string{} // what this client last read or wrote per key
 			for n := 0; time.Now().Before(end); n++ {
 				key := fmt.Sprintf("%sk%d", prefix, rng.IntN(20))
-				op := Op{Key: key, Value: fmt.Sprintf("c%d-%d", c, n)}
+				op := history.Op{Key: key, Value: fmt.Sprintf("c%d-%d", c, n)}
 				switch p := rng.IntN(100); {
 				case p < 30:
-					op.Kind = Put
+					op.Kind = history.Put
 				case p < 60:
-					op.Kind = Get
+					op.Kind = history.Get
 				case p < 90:
-					op.Kind, op.Expect = Txn, seen[key]
+					op.Kind, op.Expect = history.Txn, seen[key]
 				default:
-					op.Kind = Delete
+					op.Kind = history.Delete
 				}
 				timeout := 5 * time.Second
 				if c == 7 { // ends some requests before etcd answers: their outcome is unknown
 					timeout = time.Duration(rng.IntN(800)) * time.Microsecond
 				}
-				res := do(cli, r, c, op, timeout)
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				res, _ := etcdkv.Do(ctx, cli, r, c, op)
+				cancel()
 				switch {
-				case op.Kind == Put || op.Kind == Txn && res.Succeeded:
+				case op.Kind == history.Put || op.Kind == history.Txn && res.Succeeded:
 					seen[key] = op.Value
 				case res.Found:
 					seen[key] = res.Got
-				case op.Kind != Put && res.Revision != 0:
+				case op.Kind != history.Put && res.Revision != 0:
 					seen[key] = ""
 				}
 			}
@@ -168,12 +123,12 @@ func TestRealEtcd(t *testing.T) {
 	<-watchDone
 
 	ops := r.Ops()
-	kinds := map[Kind]int{}
+	kinds := map[history.Kind]int{}
 	for _, o := range ops {
 		kinds[o.Kind]++
 	}
 	start := time.Now()
-	res := Check(ops, time.Minute)
+	res := history.Check(ops, time.Minute)
 	t.Logf("%d ops (%v), %d keys, %d unknown (%d seen to take effect, %d unseen), up to revision %d, checked in %s; the watch got %d events",
 		len(ops), kinds, res.Keys, res.Unknown, res.Resolved, res.Unseen, last.Header.Revision, time.Since(start), len(watch.Events))
 	if !res.Linearizable {
@@ -182,20 +137,20 @@ func TestRealEtcd(t *testing.T) {
 	if len(ops) < 1000 || res.Keys != 20 || res.Unknown == 0 || len(watch.Events) < 100 {
 		t.Fatalf("too little happened: %d ops, %d keys, %d unknown, %d watch events", len(ops), res.Keys, res.Unknown, len(watch.Events))
 	}
-	if err := CheckWatches([]WatchRecord{watch}, ops); err != nil {
+	if err := history.CheckWatches([]history.WatchRecord{watch}, ops); err != nil {
 		t.Fatalf("a real etcd's watch: %v", err)
 	}
 
 	// One read made stale: it names an older write of its key than the one it saw.
-	stale := append([]Op(nil), ops...)
+	stale := append([]history.Op(nil), ops...)
 	made := false
 	for i := range stale {
 		g := &stale[i]
-		if g.Kind != Get || g.Unknown || !g.Found {
+		if g.Kind != history.Get || g.Unknown || !g.Found {
 			continue
 		}
 		for _, w := range stale[:i] {
-			if w.Kind == Put && !w.Unknown && w.Key == g.Key && w.Revision < g.ModRevision && w.Value != g.Got {
+			if w.Kind == history.Put && !w.Unknown && w.Key == g.Key && w.Revision < g.ModRevision && w.Value != g.Got {
 				g.Got, g.ModRevision, made = w.Value, w.Revision, true
 				break
 			}
@@ -207,14 +162,14 @@ func TestRealEtcd(t *testing.T) {
 	if !made {
 		t.Fatal("no read to make stale")
 	}
-	if res := Check(stale, time.Minute); res.Linearizable || res.TimedOut {
+	if res := history.Check(stale, time.Minute); res.Linearizable || res.TimedOut {
 		t.Fatalf("a stale read passed: %+v", res)
 	}
 
 	// One event of an acknowledged write dropped from the middle of the watch.
 	acked := map[string]bool{}
 	for _, o := range ops {
-		if !o.Unknown && !o.Failed && o.isWrite() {
+		if !o.Unknown && !o.Failed && (o.Kind == history.Put || o.Kind == history.Txn && o.Succeeded || o.Kind == history.Delete && o.Found) {
 			acked[fmt.Sprint(o.Key, o.Revision)] = true
 		}
 	}
@@ -223,8 +178,8 @@ func TestRealEtcd(t *testing.T) {
 	for !acked[fmt.Sprint(gap.Events[mid].Key, gap.Events[mid].ModRevision)] {
 		mid++
 	}
-	gap.Events = append(append([]WatchEvent(nil), gap.Events[:mid]...), gap.Events[mid+1:]...)
-	err = CheckWatches([]WatchRecord{gap}, ops)
+	gap.Events = append(append([]history.WatchEvent(nil), gap.Events[:mid]...), gap.Events[mid+1:]...)
+	err = history.CheckWatches([]history.WatchRecord{gap}, ops)
 	if err == nil {
 		t.Fatalf("a watch missing event %d passed", mid)
 	}
