@@ -162,8 +162,11 @@ func TestRealEtcd(t *testing.T) {
 	if !made {
 		t.Fatal("no read to make stale")
 	}
+	start = time.Now()
 	if res := history.Check(stale, time.Minute); res.Linearizable || res.TimedOut {
 		t.Fatalf("a stale read passed: %+v", res)
+	} else {
+		t.Logf("the stale read found in %s: %s", time.Since(start), res.Detail)
 	}
 
 	// One event of an acknowledged write dropped from the middle of the watch.
@@ -175,8 +178,11 @@ func TestRealEtcd(t *testing.T) {
 	}
 	gap := watch
 	mid := len(gap.Events) / 2
-	for !acked[fmt.Sprint(gap.Events[mid].Key, gap.Events[mid].ModRevision)] {
+	for mid < len(gap.Events) && !acked[fmt.Sprint(gap.Events[mid].Key, gap.Events[mid].ModRevision)] {
 		mid++
+	}
+	if mid == len(gap.Events) {
+		t.Fatal("no event of an acknowledged write in the second half of the watch")
 	}
 	gap.Events = append(append([]history.WatchEvent(nil), gap.Events[:mid]...), gap.Events[mid+1:]...)
 	err = history.CheckWatches([]history.WatchRecord{gap}, ops)
