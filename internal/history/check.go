@@ -147,7 +147,6 @@ func CheckTo(ops []Op, timeout time.Duration, visualizationFile string) Result {
 func prepare(ops []Op) ([]Op, Result) {
 	var res Result
 	// Which answered ops saw which value of a key, and how many writes wrote each value.
-	type kv struct{ key, value string }
 	writers := map[kv]int{}
 	type seen struct {
 		ret    int64
@@ -209,9 +208,9 @@ func prepare(ops []Op) ([]Op, Result) {
 					o.Found, o.Got, o.ModRevision = false, "", 0
 					res.Resolved++
 				}
-				// A unique value nobody saw: had the write taken effect, no read, compare or
-				// removing delete followed it before the next write, so leaving it out explains
-				// the history as well as any placement (see unseenCanBeDropped).
+				// A unique value nobody saw or compared against: had the write taken effect, the
+				// next op on the key was a write, so leaving it out explains the history as well
+				// as any placement (see Check; a removing Delete is the exception, see step).
 				if !ok && writers[kv{o.Key, o.Value}] == 1 && !expected[kv{o.Key, o.Value}] {
 					res.Unseen++
 					if c, had := unseenCall[o.Key]; !had || o.Call < c {

@@ -104,7 +104,14 @@ func TestCheckHandBuilt(t *testing.T) {
 		{"a read's revision below the write it saw", []Op{put(0, "a", "1", 0, 10, 5), get(1, "a", "1", 20, 30, 4)}, false, 0},
 		{"a read names another write's revision", []Op{put(0, "a", "1", 0, 10, 5), withMod(get(1, "a", "1", 20, 30, 7), 7)}, false, 0},
 		{"a read names its write's revision", []Op{put(0, "a", "1", 0, 10, 5), withMod(get(1, "a", "1", 20, 30, 7), 5)}, true, 0},
-		{"two writes with one revision", []Op{put(0, "a", "1", 0, 10, 5), put(1, "b", "1", 20, 30, 5)}, false, 0},
+		{"two writes with one revision", []Op{put(0, "a", "1", 0, 30, 5), put(1, "b", "1", 10, 20, 5)}, false, 0},
+		{"a concurrent read saw a write but has an older revision", []Op{put(0, "a", "1", 0, 100, 5), get(1, "a", "1", 10, 20, 4)}, false, 0},
+		{"a delete finds the key absent at a revision before it was removed", []Op{
+			put(0, "a", "1", 0, 10, 4), {Client: 1, Kind: Delete, Key: "a", Found: true, Call: 20, Return: 100, Revision: 6},
+			{Client: 2, Kind: Delete, Key: "a", Call: 20, Return: 100, Revision: 5}}, false, 0},
+		{"a delete finds the key absent after it was removed", []Op{
+			put(0, "a", "1", 0, 10, 4), {Client: 1, Kind: Delete, Key: "a", Found: true, Call: 20, Return: 100, Revision: 5},
+			{Client: 2, Kind: Delete, Key: "a", Call: 20, Return: 100, Revision: 5}}, true, 0},
 		{"revision backwards across keys", []Op{put(0, "a", "1", 0, 10, 5), put(1, "b", "1", 20, 30, 4)}, false, 0},
 		{"a read across keys below an earlier write", []Op{put(0, "a", "1", 0, 10, 5), getAbsent(1, "b", 20, 30, 4)}, false, 0},
 		{"concurrent writes across keys in any revision order", []Op{put(0, "a", "1", 0, 30, 5), put(1, "b", "1", 10, 20, 4)}, true, 0},
@@ -296,6 +303,9 @@ func TestCheckWatches(t *testing.T) {
 	if err := CheckWatches(w(3, pa2, pb1, da, pa3), ops); err != nil {
 		t.Fatalf("a watch from revision 3 (its start event included): %v", err)
 	}
+	if err := CheckWatches([]WatchRecord{{Prefix: "p/", StartRev: 1, Canceled: true, CompactRev: 4}}, ops); err != nil {
+		t.Fatalf("a watch canceled because its start was compacted: %v", err)
+	}
 	if err := CheckWatches(w(3, pb1, da), ops); err != nil {
 		t.Fatalf("a watch from revision 3 that has seen up to 5: %v", err)
 	}
@@ -319,6 +329,7 @@ func TestCheckWatches(t *testing.T) {
 		{"version skipped", w(1, pa1, wrongVersion), "skipped"},
 		{"impossible version", w(1, WatchEvent{Key: "p/a", Value: "1", ModRevision: 2, CreateRevision: 2, Version: 2}), "impossible"},
 		{"put after delete not new", w(1, pa1, pa2, pb1, da, WatchEvent{Key: "p/a", Value: "3", ModRevision: 6, CreateRevision: 2, Version: 3}), "follows a delete"},
+		{"canceled though not compacted", []WatchRecord{{Prefix: "p/", StartRev: 3, Canceled: true, CompactRev: 3}}, "compacted"},
 		{"delete for a put", w(1, pa1, WatchEvent{Key: "p/a", Delete: true, ModRevision: 3}), "does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,7 +25,8 @@ type WatchRecord struct {
 	StartRev int64
 	Events   []WatchEvent
 	// Canceled: the watch ended by etcd canceling it; CompactRev is the compaction revision
-	// when it was canceled because StartRev was compacted.
+	// when it was canceled because its start was compacted (a compaction at or below StartRev
+	// does not cancel it: that is a violation).
 	Canceled   bool
 	CompactRev int64
 	// ProgressRev (optional): a revision a progress notification reported, which promises
@@ -68,6 +69,9 @@ func checkWatch(w WatchRecord, ops []Op, written map[kv]bool) error {
 	type keyVersion struct {
 		deleted         bool
 		create, version int64
+	}
+	if w.Canceled && w.CompactRev > 0 && w.CompactRev <= w.StartRev {
+		return fmt.Errorf("canceled as compacted at revision %d, which is not above its start", w.CompactRev)
 	}
 	got := map[at]int{}
 	last := map[string]keyVersion{}
