@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,26 @@ func TestCheckDetailAndVisualization(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), "<html") {
 		t.Errorf("visualization not written: %v", err)
+	}
+}
+
+func TestSaveLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.json")
+	ops := generate(rand.New(rand.NewPCG(3, 4)), genConfig{ops: 500, clients: 4, keys: 3, overlap: 2000, unknown: 0.05, deleteFound: true})
+	ops = append(ops, Op{Kind: Put, Key: "k0", Value: "refused", Call: 1, Return: 2, Failed: true, Err: "etcdserver: mvcc: database space exceeded"})
+	watches := []WatchRecord{{Watcher: 2, Prefix: "k", StartRev: 7, Events: []WatchEvent{{Key: "k1", Value: "v1", ModRevision: 8, CreateRevision: 8, Version: 1}, {Key: "k1", Delete: true, ModRevision: 9}}, Canceled: true, CompactRev: 3, ProgressRev: 9}}
+	if err := Save(path, ops, watches); err != nil {
+		t.Fatal(err)
+	}
+	gotOps, gotWatches, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gotOps, ops) || !reflect.DeepEqual(gotWatches, watches) {
+		t.Fatal("the history read back differs from the one saved")
+	}
+	if _, _, err := Load(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Fatal("loading a missing file succeeded")
 	}
 }
 
