@@ -52,9 +52,14 @@ type Result struct {
 // the key after it would be a write (anything else would have seen its value), so the history
 // is linearizable with it iff without it. Only a Delete that says it removed the key
 // (Op.Found) could need it, so such a delete that returned after the write was called may
-// remove an absent key (standing for the write and itself). Every other unknown op may take effect at any time after its call,
-// or never (its return is the end of time); many of those make porcupine's search slow, most
-// of all on a history that is not linearizable.
+// remove an absent key (standing for the write and itself). Every other unknown op may take
+// effect at any time after its call, or never (its return is the end of time); many of those
+// make porcupine's search slow, most of all on a history that is not linearizable (measured:
+// a violation among 50,000 ops on 20 keys with 10 % of outcomes unknown took 40 s to find,
+// with 5 % under 1.1 s).
+//
+// Check returns within timeout, plus up to minDetailTime to describe a violation it found.
+// A check that ran out of time is TimedOut, neither proven nor refuted.
 func Check(ops []Op, timeout time.Duration) Result {
 	return CheckTo(ops, timeout, "")
 }
