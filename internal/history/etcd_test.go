@@ -34,28 +34,7 @@ func TestRealEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	watch := history.WatchRecord{Watcher: 1, Prefix: prefix, StartRev: first.Header.Revision}
-	var watchMu sync.Mutex
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	wch := cli.Watch(clientv3.WithRequireLeader(watchCtx), prefix, clientv3.WithPrefix(), clientv3.WithRev(watch.StartRev+1))
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		for resp := range wch {
-			watchMu.Lock()
-			if resp.IsProgressNotify() {
-				watch.ProgressRev = max(watch.ProgressRev, resp.Header.Revision)
-			}
-			if resp.Canceled {
-				watch.Canceled, watch.CompactRev = true, resp.CompactRevision
-			}
-			for _, ev := range resp.Events {
-				watch.Events = append(watch.Events, etcdkv.Event(ev))
-			}
-			watchMu.Unlock()
-		}
-	}()
+	watcher := etcdkv.Watch(ctx, cli, 1, prefix, first.Header.Revision)
 
 	r := history.NewRecorder()
 	end := time.Now().Add(2 * time.Second)
@@ -104,23 +83,23 @@ func TestRealEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		watchMu.Lock()
-		caught := watch.ProgressRev >= last.Header.Revision || len(watch.Events) > 0 && watch.Events[len(watch.Events)-1].ModRevision >= last.Header.Revision
-		watchMu.Unlock()
-		if caught {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the watch did not reach revision %d", last.Header.Revision)
-		}
-		if err := cli.RequestProgress(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := watcher.WaitFor(ctx, last.Header.Revision); err != nil {
+		t.Fatal(err)
 	}
-	stopWatch()
-	<-watchDone
+	// A write outside the prefix: the watch learns of its revision only from a progress
+	// notification.
+	other, err := cli.Put(ctx, "other", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.WaitFor(ctx, other.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	watch := watcher.Stop()
+	if watch.StartRev != first.Header.Revision || watch.Canceled || watch.ProgressRev < other.Header.Revision {
+		t.Fatalf("the watch record starts at %d (want %d), canceled %v, progress %d (want %d)",
+			watch.StartRev, first.Header.Revision, watch.Canceled, watch.ProgressRev, other.Header.Revision)
+	}
 
 	ops := r.Ops()
 	kinds := map[history.Kind]int{}
@@ -141,7 +120,15 @@ func TestRealEtcd(t *testing.T) {
 		t.Fatalf("a real etcd's watch: %v", err)
 	}
 
-	// One read made stale: it names an older write of its key than the one it saw.
+	// One read made stale: it names an older acknowledged put of its key than the acknowledged
+	// write it saw. (Were the write it saw unknown, the stale value could be legal: unknown
+	// writes may never have happened.)
+	acknowledged := map[string]history.Op{} // by key and revision
+	for _, o := range ops {
+		if !o.Unknown && !o.Failed && (o.Kind == history.Put || o.Kind == history.Txn && o.Succeeded) {
+			acknowledged[fmt.Sprint(o.Key, "@", o.Revision)] = o
+		}
+	}
 	stale := append([]history.Op(nil), ops...)
 	made := false
 	for i := range stale {
@@ -149,8 +136,11 @@ func TestRealEtcd(t *testing.T) {
 		if g.Kind != history.Get || g.Unknown || !g.Found {
 			continue
 		}
-		for _, w := range stale[:i] {
-			if w.Kind == history.Put && !w.Unknown && w.Key == g.Key && w.Revision < g.ModRevision && w.Value != g.Got {
+		if _, ok := acknowledged[fmt.Sprint(g.Key, "@", g.ModRevision)]; !ok {
+			continue
+		}
+		for _, w := range ops {
+			if w.Kind == history.Put && !w.Unknown && !w.Failed && w.Key == g.Key && w.Revision < g.ModRevision {
 				g.Got, g.ModRevision, made = w.Value, w.Revision, true
 				break
 			}

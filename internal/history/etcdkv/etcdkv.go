@@ -5,6 +5,9 @@ package etcdkv
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -73,4 +76,93 @@ func read(res *history.Op, kvs []*mvccpb.KeyValue) {
 func Event(ev *clientv3.Event) history.WatchEvent {
 	return history.WatchEvent{Key: string(ev.Kv.Key), Value: string(ev.Kv.Value), Delete: ev.Type == mvccpb.DELETE,
 		ModRevision: ev.Kv.ModRevision, CreateRevision: ev.Kv.CreateRevision, Version: ev.Kv.Version}
+}
+
+// Watcher records one watch on a prefix as a history.WatchRecord.
+type Watcher struct {
+	w      clientv3.Watcher
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu  sync.Mutex
+	rec history.WatchRecord
+}
+
+// Watch starts watching every key under prefix for the events after revision after (the
+// record's StartRev) through w, recording what arrives until Stop or ctx ends, or etcd cancels
+// the watch. The watch does not require a leader: it waits through elections as a long-lived
+// client would.
+func Watch(ctx context.Context, w clientv3.Watcher, id int, prefix string, after int64) *Watcher {
+	ctx, cancel := context.WithCancel(ctx)
+	rw := &Watcher{w: w, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		rec: history.WatchRecord{Watcher: id, Prefix: prefix, StartRev: after}}
+	ch := w.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(after+1))
+	go func() {
+		defer close(rw.done)
+		for resp := range ch {
+			rw.mu.Lock()
+			if resp.IsProgressNotify() {
+				rw.rec.ProgressRev = max(rw.rec.ProgressRev, resp.Header.Revision)
+			}
+			if resp.Canceled {
+				rw.rec.Canceled, rw.rec.CompactRev = true, resp.CompactRevision
+			}
+			for _, ev := range resp.Events {
+				rw.rec.Events = append(rw.rec.Events, Event(ev))
+			}
+			rw.mu.Unlock()
+		}
+	}()
+	return rw
+}
+
+// Seen is the highest revision up to which the watch has delivered every event (its last
+// event's or a progress notification's).
+func (rw *Watcher) Seen() int64 {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	seen := rw.rec.ProgressRev
+	if n := len(rw.rec.Events); n > 0 {
+		seen = max(seen, rw.rec.Events[n-1].ModRevision)
+	}
+	return seen
+}
+
+// progressInterval is how often WaitFor asks etcd for a progress notification.
+const progressInterval = 50 * time.Millisecond
+
+// WaitFor waits until the watch has delivered everything up to rev (asking etcd for progress
+// notifications meanwhile), or ctx ends, or the watch has ended.
+func (rw *Watcher) WaitFor(ctx context.Context, rev int64) error {
+	tick := time.NewTicker(progressInterval)
+	defer tick.Stop()
+	for rw.Seen() < rev {
+		// The request goes to the watch's own stream: the client keys streams by the
+		// context's metadata, and the watch's context carries the same as rw.ctx.
+		if err := rw.w.RequestProgress(rw.ctx); err != nil && rw.ctx.Err() == nil {
+			return fmt.Errorf("failed to request watch progress: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the watch on %q saw up to revision %d, not %d: %w", rw.rec.Prefix, rw.Seen(), rev, ctx.Err())
+		case <-rw.done:
+			if rw.Seen() < rev {
+				return fmt.Errorf("the watch on %q ended at revision %d before %d", rw.rec.Prefix, rw.Seen(), rev)
+			}
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// Stop ends the watch and returns what it recorded.
+func (rw *Watcher) Stop() history.WatchRecord {
+	rw.cancel()
+	<-rw.done
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rec := rw.rec
+	rec.Events = append([]history.WatchEvent(nil), rw.rec.Events...)
+	return rec
 }
