@@ -95,6 +95,19 @@ func TestCheckHandBuilt(t *testing.T) {
 			unknown(put(0, "a", "1", 0, 0, 0)), getAbsent(1, "a", 5, 8, 2), {Kind: Delete, Key: "a", Found: true, Call: 10, Return: 20, Revision: 3}}, false, 0},
 		{"a removing delete before the unseen put was called", []Op{
 			{Kind: Delete, Key: "a", Found: true, Call: 0, Return: 10, Revision: 3}, unknown(put(0, "a", "1", 20, 0, 0))}, false, 0},
+		{"unseen unknown delete left out", []Op{
+			put(0, "a", "1", 0, 10, 2), unknown(Op{Kind: Delete, Key: "a", Call: 20}), put(1, "a", "2", 30, 40, 4), get(1, "a", "2", 50, 60, 4)}, true, 0},
+		{"an unknown delete a read saw", []Op{
+			put(0, "a", "1", 0, 10, 2), unknown(Op{Kind: Delete, Key: "a", Call: 20}), getAbsent(1, "a", 30, 40, 3)}, true, 0},
+		{"an unknown delete a create saw", []Op{
+			put(0, "a", "1", 0, 10, 2), unknown(Op{Kind: Delete, Key: "a", Call: 20}), txn(1, "a", "", "3", true, 30, 40, 4)}, true, 0},
+		{"an unknown delete an else-branch saw", []Op{
+			put(0, "a", "1", 0, 10, 2), unknown(Op{Kind: Delete, Key: "a", Call: 20}), txn(1, "a", "1", "9", false, 30, 40, 3)}, true, 0},
+		{"an unknown delete an unknown create needed", []Op{
+			put(0, "a", "1", 0, 10, 2), unknown(Op{Kind: Delete, Key: "a", Call: 20}), unknown(txn(1, "a", "", "3", false, 25, 0, 0)),
+			get(2, "a", "3", 50, 60, 4)}, true, 1},
+		{"an unknown delete does not explain an absent read before it", []Op{
+			put(0, "a", "1", 0, 10, 2), getAbsent(1, "a", 15, 18, 2), unknown(Op{Kind: Delete, Key: "a", Call: 20})}, false, 0},
 		{"read after delete sees the value", []Op{
 			put(0, "a", "1", 0, 10, 2), {Kind: Delete, Key: "a", Call: 20, Return: 30, Revision: 3}, get(1, "a", "1", 40, 50, 3)}, false, 0},
 		// Revisions:
