@@ -42,6 +42,31 @@ test: tools ## Run every test (unit, golden, Helm parity, envtest against a real
 	@# etcd's heartbeats and causes elections that have nothing to do with the operator.
 	go test $(E2E_TEST_FLAGS) ./test/e2e
 
+SOAK_DURATION ?= 30m
+SOAK_SEED ?= 0
+# Setup, the settling after the last fault and the checks take minutes beyond the duration.
+SOAK_TIMEOUT ?= 90m
+
+.PHONY: soak
+soak: build ## On the local cluster: the chaos soak for SOAK_DURATION (default 30m; SOAK_SEED replays a run's faults): 3 clusters, clients checked for linearizability, faults at random, invariants read from etcd.
+	flock /tmp/etcd-pilot-e2e.lock go test ./test/e2e -count=1 -run '^TestChaosSoak$$' -v -timeout $(SOAK_TIMEOUT) -soak.duration $(SOAK_DURATION) -soak.seed $(SOAK_SEED)
+
+FUZZTIME ?= 30s
+# Every fuzz target and its package. Their seed corpora (f.Add and testdata/fuzz/) run in
+# `make test` as plain tests.
+FUZZ_TARGETS := \
+	./test/fuzz:FuzzDesiredFromJSON ./test/fuzz:FuzzDesiredAdmissible \
+	./internal/values:FuzzComputeChartValues ./internal/postrender:FuzzApply \
+	./internal/chartcontract:FuzzCheck ./internal/plan:FuzzIntentJSON \
+	./internal/plan/membership:FuzzDecideRecords
+
+.PHONY: fuzz
+fuzz: ## Fuzz each target for FUZZTIME (default 30s); a crash is kept under the package's testdata/fuzz/ and fails the run.
+	for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} $${t##*:}"; \
+		go test "$${t%%:*}" -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) -parallel 1; \
+	done
+
 .PHONY: bench
 bench: tools ## Run the benchmarks (render cold and warm, steady-state reconcile).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -run '^$$' -bench . -benchmem ./...
@@ -113,6 +138,10 @@ verify: generate manifests lint ## Regenerate and fail if anything generated dif
 lint: ## go vet and gofmt.
 	go vet ./...
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change: $$bad"; exit 1; fi
+
+.PHONY: bench-scale
+bench-scale: build ## On the local cluster: 1000 EtcdClusters that cannot be scheduled, in 1 and in 50 namespaces: operator memory, time until all are applied, steady-state requests per cluster.
+	flock /tmp/etcd-pilot-e2e.lock go test ./test/e2e -count=1 -run '^$$' -bench 'BenchmarkThousandClusters' -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-e2e
 bench-e2e: build ## On the local cluster: its start time, time to Available for 3, 5, 7 members, one scale-out step, one replacement, one upgrade.
