@@ -105,7 +105,9 @@ func Watch(ctx context.Context, w clientv3.Watcher, id int, prefix string, after
 			if resp.IsProgressNotify() {
 				rw.rec.ProgressRev = max(rw.rec.ProgressRev, resp.Header.Revision)
 			}
-			if resp.Canceled {
+			// A cancellation after Stop (or ctx's end) is the one this side asked for; only
+			// etcd's own counts.
+			if resp.Canceled && ctx.Err() == nil {
 				rw.rec.Canceled, rw.rec.CompactRev = true, resp.CompactRevision
 			}
 			for _, ev := range resp.Events {
