@@ -28,7 +28,7 @@ var Version = "dev"
 
 const usage = `etcd-pilot-local runs a Kubernetes cluster on this machine, with pods as local processes.
 
-Usage: etcd-pilot-local up|exec|down|node|kill-pod|operator|image
+Usage: etcd-pilot-local up|exec|down|node|kill-pod|apiserver|operator|image
 
   etcd-pilot-local up [--dir DIR] [--nodes N] [--operator=true] [--operator-binary FILE] [-v]
                                               start it; stays in the foreground until interrupted
@@ -40,6 +40,8 @@ Usage: etcd-pilot-local up|exec|down|node|kill-pod|operator|image
                                               fail a node (its pods die, it goes NotReady), or recover it
   etcd-pilot-local kill-pod NAMESPACE/NAME [--dir DIR]
                                               kill a pod's processes, as a crash
+  etcd-pilot-local apiserver restart [--dir DIR]
+                                              stop kube-apiserver and start it again (a fault)
   etcd-pilot-local operator stop|start [--dir DIR] [--env KEY=VALUE]... [--clear-env]
                                               stop the operator until started again
   etcd-pilot-local image map IMAGE FOLDER [--dir DIR]
@@ -103,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		return 0, localNode(ctx, args[1:], stderr)
 	case "kill-pod":
 		return 0, localKillPod(ctx, args[1:], stderr)
+	case "apiserver":
+		return 0, localAPIServer(ctx, args[1:], stderr)
 	case "operator":
 		return 0, localOperator(ctx, args[1:], stderr)
 	case "image":
@@ -463,6 +467,18 @@ func localKillPod(ctx context.Context, args []string, stderr io.Writer) error {
 		ns, name = "default", pos[0]
 	}
 	return control(ctx, *dirFlag, localcluster.ActionKillPod, url.Values{"namespace": {ns}, "name": {name}})
+}
+
+func localAPIServer(ctx context.Context, args []string, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("apiserver", stderr)
+	pos, err := localFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] != "restart" {
+		return errors.New("usage: apiserver restart [--dir DIR]")
+	}
+	return control(ctx, *dirFlag, localcluster.ActionAPIServerRestart, nil)
 }
 
 func localImage(args []string, stderr io.Writer) error {

@@ -66,7 +66,7 @@ func TestUsageErrors(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{args: nil, wantCode: 2, wantErr: "Usage: etcd-pilot-local up|exec|down|node|kill-pod|operator|image"},
+		{args: nil, wantCode: 2, wantErr: "Usage: etcd-pilot-local up|exec|down|node|kill-pod|apiserver|operator|image"},
 		{args: []string{"bogus"}, wantCode: 2, wantErr: `unknown command "bogus"`},
 		{args: []string{"local", "up"}, wantCode: 2, wantErr: `unknown command "local"`},
 		{args: []string{"node", "reboot", "n1"}, wantCode: 1, wantErr: "usage: node stop|start NAME"},

@@ -386,6 +386,11 @@ func (c *Cluster) StartNode(name string) error {
 	return nil
 }
 
+// RestartAPIServer restarts kube-apiserver as a fault (see controlplane.RestartAPIServer).
+func (c *Cluster) RestartAPIServer() error {
+	return c.cp.RestartAPIServer(context.Background())
+}
+
 // KillPod kills the processes of a pod on whichever node runs it.
 func (c *Cluster) KillPod(namespace, name string) error {
 	if namespace == "" || name == "" {

@@ -15,11 +15,12 @@ import (
 
 // Control actions of the up process, the path of their request on the control socket.
 const (
-	ActionNodeStop      = "node/stop"      // name=NODE
-	ActionNodeStart     = "node/start"     // name=NODE
-	ActionKillPod       = "pod/kill"       // namespace=NS&name=POD
-	ActionOperatorStop  = "operator/stop"  //
-	ActionOperatorStart = "operator/start" //
+	ActionNodeStop         = "node/stop"         // name=NODE
+	ActionNodeStart        = "node/start"        // name=NODE
+	ActionKillPod          = "pod/kill"          // namespace=NS&name=POD
+	ActionOperatorStop     = "operator/stop"     //
+	ActionOperatorStart    = "operator/start"    //
+	ActionAPIServerRestart = "apiserver/restart" //
 )
 
 // Controller carries out the control actions.
@@ -29,6 +30,7 @@ type Controller interface {
 	KillPod(namespace, name string) error
 	StopOperator() error
 	StartOperator(env []string) error
+	RestartAPIServer() error
 }
 
 // maxSocketPath is the longest path a Unix socket address holds (sun_path, less the NUL).
@@ -71,6 +73,7 @@ func ServeControl(ctx context.Context, l net.Listener, c Controller) error {
 	handle(ActionNodeStart, func(q url.Values) error { return c.StartNode(q.Get("name")) })
 	handle(ActionKillPod, func(q url.Values) error { return c.KillPod(q.Get("namespace"), q.Get("name")) })
 	handle(ActionOperatorStop, func(url.Values) error { return c.StopOperator() })
+	handle(ActionAPIServerRestart, func(url.Values) error { return c.RestartAPIServer() })
 	handle(ActionOperatorStart, func(q url.Values) error {
 		env := q["env"]
 		if q.Get("clear-env") != "" {

@@ -17,7 +17,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,6 +75,10 @@ type ControlPlane struct {
 
 	procs  []*Process // in start order
 	failed chan error // receives the first unexpected exit of a component
+
+	mu       sync.Mutex // guards procs against RestartAPIServer
+	apiURL   string
+	apiToken string
 }
 
 // Start starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler, in that order,
@@ -209,6 +215,7 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	if err := writeKubeconfig(cp.Kubeconfig, apiURL, ca, token); err != nil {
 		return cp, err
 	}
+	cp.apiURL, cp.apiToken = apiURL, token
 	cfg.Progress("kube-apiserver ready")
 
 	// The controller-manager and the scheduler serve nothing (secure port 0): nobody scrapes
@@ -275,13 +282,43 @@ func (cp *ControlPlane) Failed() <-chan error { return cp.failed }
 // Stop stops the components in reverse start order: SIGTERM, then SIGKILL after a grace
 // period. It returns when every process has exited, and may be called more than once.
 func (cp *ControlPlane) Stop() {
-	for i := len(cp.procs) - 1; i >= 0; i-- {
-		cp.procs[i].Stop(stopGrace)
+	procs := cp.Processes()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop(stopGrace)
 	}
 }
 
 // Processes returns the running components in start order.
-func (cp *ControlPlane) Processes() []*Process { return cp.procs }
+func (cp *ControlPlane) Processes() []*Process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.procs)
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling restart of a real control
+// plane does) and starts it again with the same flags, its log appended to, and returns once
+// it is ready again: a fault for the operator and every client of the API server (watches
+// break, requests fail for a few seconds). The store (etcd) and the other components keep
+// running.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	i := slices.IndexFunc(cp.procs, func(p *Process) bool { return p.Name == "kube-apiserver" })
+	if i < 0 || cp.apiURL == "" {
+		return errors.New("controlplane: no kube-apiserver to restart")
+	}
+	old := cp.procs[i]
+	old.Stop(stopGrace)
+	p, err := StartProcess(old.Name, old.cmd.Path, old.cmd.Args[1:], nil, old.LogPath, false)
+	if err != nil {
+		return err
+	}
+	cp.procs[i] = p
+	go cp.watch(p)
+	ctx, cancel := context.WithTimeout(ctx, DefaultStartTimeout)
+	defer cancel()
+	return waitHTTP(ctx, p, cp.apiURL+"/readyz", http.Header{"Authorization": {"Bearer " + cp.apiToken}})
+}
 
 func (cp *ControlPlane) start(name, bin string, args []string, logs string) (*Process, error) {
 	p, err := StartProcess(name, bin, args, nil, filepath.Join(logs, name+".log"), true)
