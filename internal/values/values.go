@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -182,6 +183,9 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, erro
 	}
 	if e.SnapshotCount != nil {
 		v.Etcd.SnapshotCount = *e.SnapshotCount
+	}
+	if err := checkSpec(s); err != nil {
+		return charts.Values{}, err
 	}
 	if err := checkExtraArgs(e.ExtraArgs); err != nil {
 		return charts.Values{}, err
@@ -394,6 +398,55 @@ func toMap(v charts.Values) (map[string]any, error) {
 		return nil, fmt.Errorf("failed to decode chart values: %w", err)
 	}
 	return out, nil
+}
+
+var (
+	imageWithTag     = regexp.MustCompile(`^.*(@|:[^/]*$)`)
+	releaseVersion   = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+	supportedMinor   = regexp.MustCompile(`^3\.(5|6|7)\.`)
+	revisionCount    = regexp.MustCompile(`^[0-9]+$`)
+	periodicInterval = regexp.MustCompile(`^([0-9]+|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$`)
+)
+
+// checkSpec refuses what the CRD's CEL rules on the spec's typed fields refuse (with their
+// messages), for objects stored before a rule existed; api/v1alpha1's parity test keeps the
+// two in step. Rules on parts the render does not read (TLS Secrets, backups, bootstrap,
+// auth) are checked where those parts are used.
+func checkSpec(s v1alpha1.EtcdClusterSpec) error {
+	var msgs []string
+	if imageWithTag.MatchString(s.Image) {
+		msgs = append(msgs, "image is a repository without a tag or digest (for example registry.example/etcd); the tag comes from spec.version")
+	}
+	if releaseVersion.MatchString(s.Version) && !supportedMinor.MatchString(s.Version) {
+		msgs = append(msgs, "etcd-pilot runs etcd 3.5, 3.6 and 3.7; pick a version of one of those minors (for example 3.6.16)")
+	}
+	e := s.Etcd
+	election, heartbeat := int64(1000), int64(100)
+	if e.ElectionTimeoutMillis != nil {
+		election = int64(*e.ElectionTimeoutMillis)
+	}
+	if e.HeartbeatIntervalMillis != nil {
+		heartbeat = int64(*e.HeartbeatIntervalMillis)
+	}
+	if election < 5*heartbeat {
+		msgs = append(msgs, "etcd.electionTimeoutMillis must be at least 5 times etcd.heartbeatIntervalMillis (etcd's defaults are 1000 and 100)")
+	}
+	if r := e.AutoCompactionRetention; r != "" {
+		ok := periodicInterval.MatchString(r)
+		if e.AutoCompactionMode == v1alpha1.AutoCompactionRevision {
+			ok = revisionCount.MatchString(r)
+		}
+		if !ok {
+			msgs = append(msgs, "etcd.autoCompactionRetention must be a revision count (for example 10000) with mode revision, or a duration (for example 30m or 1h) or a number of hours with mode periodic")
+		}
+	}
+	if s.Storage.Ephemeral != nil && *s.Storage.Ephemeral && s.Storage.StorageClassName != nil {
+		msgs = append(msgs, "storage.storageClassName has no effect with storage.ephemeral: true; remove one of them")
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // checkExtraArgs refuses what admission refuses, for objects stored before a rule existed.
