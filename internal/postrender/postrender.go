@@ -65,6 +65,10 @@ func patchOne(o *unstructured.Unstructured, p v1alpha1.ChartPatch) error {
 	}
 	var out []byte
 	switch {
+	case p.StrategicMerge != nil && len(p.JSON) > 0:
+		// Admission refuses it too; an object stored before that rule must not have one of
+		// the two silently dropped.
+		return errors.New("a chart patch needs exactly one of strategicMerge and json")
 	case p.StrategicMerge != nil:
 		if !isObject(p.StrategicMerge.Raw) {
 			return errors.New("strategicMerge must be an object")
