@@ -125,6 +125,31 @@ func (s *sampler) allowDown(names ...string) {
 	}
 }
 
+// endDown ends what allowDown said for the named members: once the scenario has brought them
+// back and etcd reports them healthy, they are checked as strictly as any other member again.
+func (s *sampler) endDown(names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		delete(s.allowed, n)
+		for id, name := range s.excused {
+			if name == n {
+				delete(s.excused, id)
+			}
+		}
+	}
+}
+
+// firstProblem is the first broken rule the sampler saw so far, "" while none.
+func (s *sampler) firstProblem() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.problems) == 0 {
+		return ""
+	}
+	return s.problems[0]
+}
+
 // finish stops the sampler, logs what it saw, fails the test if a rule was broken or if it
 // never reached the cluster (then it checked nothing), and returns the figures.
 func (s *sampler) finish(t testing.TB) samplerResult {
