@@ -23,12 +23,27 @@ func BenchmarkTimeToAvailable(b *testing.B) {
 	for _, n := range []int32{3, 5, 7} {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			var total time.Duration
+			sums := map[string]float64{}
 			for i := 0; i < b.N; i++ {
 				ns := namespace(b)
+				tl := startTimeline(b, ns)
 				_, took := createCluster(b, ns, n)
 				total += took
+				tl.mark("Available (seen by the benchmark)")
+				tl.finish(b, fmt.Sprintf("%d members to Available", n))
+				tl.phases(b, sums, map[string]string{
+					"s-statefulset": "StatefulSet created",
+					"s-first-pod":   "pod etcd-0 created",
+					"s-all-serving": fmt.Sprintf("all %d member pods serving", n),
+					"s-leader":      "leader elected",
+					"s-all-voters":  fmt.Sprintf("%d started voters", n),
+				})
+				if d, ok := tl.lastWithPrefix("pod etcd-"); ok {
+					sums["s-last-pod-event"] += d.Seconds()
+				}
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s-to-available")
+			reportPhases(b, sums)
 			b.ReportMetric(upStart.Seconds(), "s-local-up")
 		})
 	}
@@ -50,13 +65,26 @@ func BenchmarkMembershipStep(b *testing.B) {
 	})
 	b.Run("replace-member", func(b *testing.B) {
 		var total time.Duration
+		sums := map[string]float64{}
 		for i := 0; i < b.N; i++ {
 			ns := namespace(b)
 			createCluster(b, ns, 3)
 			scaleTo(b, ns, 3)
+			tl := startTimeline(b, ns)
+			waitTimelineSettled(b, tl, 3)
+			tl.setOrigin(time.Now())
+			tl.mark("claim and pod etcd-1 deleted")
 			total += replaceByDeletingVolume(b, ns, "etcd-1")
+			tl.mark("replaced (seen by the benchmark)")
+			tl.finish(b, "replacing etcd-1 whose volume was deleted")
+			tl.phases(b, sums, map[string]string{
+				"s-removed":  "member etcd-1 (",
+				"s-learner":  "learner added",
+				"s-promoted": "learner promoted",
+			})
 		}
 		b.ReportMetric(total.Seconds()/float64(b.N), "s-per-replacement")
+		reportPhases(b, sums)
 	})
 }
 
@@ -67,10 +95,22 @@ func BenchmarkMembershipStep(b *testing.B) {
 func BenchmarkUpgrade(b *testing.B) {
 	var took, gap time.Duration
 	var terms, changes float64
+	sums := map[string]float64{}
 	for i := 0; i < b.N; i++ {
 		ns := namespace(b)
 		createVersioned(b, ns, "3.5.35", nil)
+		tl := startTimeline(b, ns)
+		waitTimelineSettled(b, tl, 3)
 		run := upgrade(b, ns, "3.6.16")
+		tl.setOrigin(run.start)
+		tl.mark("upgraded (seen by the benchmark)")
+		tl.finish(b, "upgrading 3 members from 3.5.35 to 3.6.16")
+		tl.phases(b, sums, map[string]string{"s-cluster-version": "cluster version 3.6.0"})
+		for _, pod := range []string{"etcd-0", "etcd-1", "etcd-2"} {
+			if d, ok := tl.lastWithPrefix("etcd " + pod + " caught up"); ok {
+				sums["s-"+pod+"-caught-up"] += d.Seconds()
+			}
+		}
 		took += run.took
 		gap = max(gap, run.gap)
 		terms += float64(run.termChanges)
@@ -81,6 +121,7 @@ func BenchmarkUpgrade(b *testing.B) {
 	b.ReportMetric(float64(gap.Milliseconds()), "ms-longest-write-gap")
 	b.ReportMetric(terms/n, "leader-changes")
 	b.ReportMetric(changes/n, "leader-changes-seen-by-operator")
+	reportPhases(b, sums)
 }
 
 // BenchmarkTLSTimeToAvailable is BenchmarkTimeToAvailable for 3 members with peer and client

@@ -73,6 +73,7 @@ func waitVersion(t testing.TB, ns, version string, timeout time.Duration, seen f
 
 // upgradeRun is what one upgrade measured.
 type upgradeRun struct {
+	start         time.Time // when spec.version was set
 	took          time.Duration
 	leaderChanges int64 // observed by the operator (status.leaderChanges)
 	termChanges   int   // raft terms the writer's acknowledgements went through
@@ -92,7 +93,7 @@ func upgrade(t testing.TB, ns, version string) upgradeRun {
 	if err := setVersion(t, ns, version); err != nil {
 		t.Fatal(err)
 	}
-	var run upgradeRun
+	run := upgradeRun{start: start}
 	waitVersion(t, ns, version, 5*time.Minute, func(c *v1alpha1.EtcdCluster) {
 		if u := c.Status.Upgrade; u != nil && (len(run.steps) == 0 || run.steps[len(run.steps)-1] != u.StepVersion) {
 			run.steps = append(run.steps, u.StepVersion)
