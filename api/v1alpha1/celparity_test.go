@@ -244,7 +244,6 @@ func TestAdmissionAndControllerRefuseAlike(t *testing.T) {
 	}
 }
 
-
 // randomSpec builds a spec from parts the controller's Go validation covers. Each part is
 // left out, or set to a value admission accepts, or (about one time in eight) to a value one
 // of its rules refuses; so a spec breaks no rule, one, or several.
