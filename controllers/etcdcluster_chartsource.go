@@ -39,9 +39,15 @@ func isChartSourceError(err error) bool {
 
 // chartSources caches the Renderers of charts read from ConfigMaps, by ConfigMap UID and
 // resourceVersion: an unchanged ConfigMap is not unpacked again, and renders stay cached.
+// An entry no pass asked for in chartSourceIdle is dropped (every cluster using it is looked
+// at more often than that), with the pulled archive only it used: the cache holds the
+// sources clusters use now, not every one they ever used.
 type chartSources struct {
 	mu      sync.Mutex
 	entries map[types.NamespacedName]chartSourceEntry
+	// now is the clock (tests); time.Now when nil.
+	now     func() time.Time
+	sweptAt time.Time
 
 	capsAt time.Time
 	caps   *charts.Capabilities
@@ -54,9 +60,56 @@ type chartSources struct {
 // installed later reaches charts within it.
 const capabilitiesTTL = 10 * time.Minute
 
+// chartSourceIdle is how long a chart source no pass asked for stays cached: well above the
+// settled requeue interval.
+const chartSourceIdle = 10 * time.Minute
+
 type chartSourceEntry struct {
 	key      string // what the Renderer was built from; another key builds anew
 	renderer *charts.Renderer
+	used     time.Time
+}
+
+func (s *chartSources) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// sweep is sweepLocked at most once a minute, on every pass: a source the last cluster using
+// it stopped using is dropped even when no other cluster asks for a chart source.
+func (s *chartSources) sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	if now.Sub(s.sweptAt) < time.Minute {
+		return
+	}
+	s.sweptAt = now
+	s.sweepLocked(now)
+}
+
+// sweepLocked drops the entries not asked for in chartSourceIdle, and the pulled archives no
+// entry left was built from.
+func (s *chartSources) sweepLocked(now time.Time) {
+	for name, e := range s.entries {
+		if now.Sub(e.used) > chartSourceIdle {
+			delete(s.entries, name)
+		}
+	}
+	for k := range s.pulled {
+		inUse := false
+		for name := range s.entries {
+			if name.Name == "oci:"+k {
+				inUse = true
+				break
+			}
+		}
+		if !inUse {
+			delete(s.pulled, k)
+		}
+	}
 }
 
 // get returns the Renderer cached for name when it was built from key, else builds one with
@@ -69,10 +122,14 @@ func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*
 	// Capabilities read anew build anew: a CRD installed since reaches the chart.
 	key = fmt.Sprintf("%s caps=%p", key, cs)
 	s.mu.Lock()
+	now := s.clock()
 	if e, ok := s.entries[name]; ok && e.key == key {
+		e.used = now
+		s.entries[name] = e
 		s.mu.Unlock()
 		return e.renderer, nil
 	}
+	s.sweepLocked(now)
 	s.mu.Unlock()
 	rend, err := build(cs)
 	if err != nil {
@@ -83,7 +140,7 @@ func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*
 	if s.entries == nil {
 		s.entries = map[types.NamespacedName]chartSourceEntry{}
 	}
-	s.entries[name] = chartSourceEntry{key: key, renderer: rend}
+	s.entries[name] = chartSourceEntry{key: key, renderer: rend, used: s.clock()}
 	return rend, nil
 }
 
@@ -91,6 +148,7 @@ func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*
 // names a ConfigMap. The ConfigMap is read past the cache (the operator caches only the
 // ConfigMaps it writes); an unchanged one is not unpacked again.
 func (r *EtcdClusterReconciler) rendererFor(ctx context.Context, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
+	r.sources.sweep()
 	src := c.Spec.Chart.Source
 	if src == nil || (src.ConfigMap == nil && src.OCI == nil) {
 		return r.Renderer, nil
