@@ -69,7 +69,9 @@ func FuzzDecideRecords(f *testing.F) {
 		if o.Intent != nil {
 			known := o.Intent.Op == intentAdd || o.Intent.Op == intentRemove || o.Intent.Op == intentReplace
 			_, named := plan.Ordinal(o.StatefulSet, o.Intent.Member)
-			if (!known || !named) && step.Kind != actClearIntent && step.Kind != actWait && step.Kind != actNone {
+			// Before the cluster first formed, starting the founders is not about the intent.
+			bootstrap := step.Kind == actScaleStatefulSet && step.Reason == reasonBootstrapping
+			if (!known || !named) && step.Kind != actClearIntent && step.Kind != actWait && step.Kind != actNone && !bootstrap {
 				t.Fatalf("intent %q (op %q, member %q) that names no change was acted on: %+v", intent, o.Intent.Op, o.Intent.Member, step)
 			}
 		}
