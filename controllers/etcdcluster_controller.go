@@ -75,8 +75,11 @@ type EtcdClusterReconciler struct {
 	Scheme    *runtime.Scheme
 	Renderer  *charts.Renderer
 	Recorder  events.EventRecorder
-	// DialEtcd opens etcd clients; etcd.Dial in production.
+	// DialEtcd opens etcd clients; in production an etcd.ClientCache's Dial over etcd.Dial.
 	DialEtcd etcd.Dialer
+	// ForgetEtcd, when set, closes the etcd clients DialEtcd keeps for a cluster (by UID);
+	// called when the cluster is deleted.
+	ForgetEtcd func(uid string)
 	// OpenS3 opens S3 backup destinations (retention deletes there); objstore.NewS3 when nil.
 	OpenS3 StoreOpener
 	// AgentImage is the operator's own image, run by the restore pods.
@@ -176,6 +179,8 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// A DialEtcd that caches clients (etcd.ClientCache) keeps them per cluster.
+	ctx = etcd.WithOwner(ctx, string(c.UID))
 	if !c.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, c)
 	}
@@ -390,6 +395,12 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			// Kubernetes event.
 			next = time.Second
 		}
+		if noMemberSchedulable(obs) {
+			// The scheduler finds no node for any member pod: no etcd runs to answer, and a
+			// pod scheduled is a Pod event that starts a pass. A thousand such clusters
+			// polled every second would keep every worker busy.
+			next = RequeueSettled
+		}
 		// A wait that ends by itself (a lost member's replaceAfter running out) is looked at
 		// when it ends, not a requeue interval later.
 		if a.RequeueAfter > 0 && a.RequeueAfter < next {
@@ -534,6 +545,9 @@ func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1
 		return ctrl.Result{}, fmt.Errorf("failed to remove finalizer from EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	forgetMetrics(c)
+	if r.ForgetEtcd != nil {
+		r.ForgetEtcd(string(c.UID))
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -619,4 +633,30 @@ func (r *EtcdClusterReconciler) clustersOfBackup(ctx context.Context, o client.O
 		}
 	}
 	return out
+}
+
+// noMemberSchedulable reports whether every member pod the StatefulSet should have exists and
+// the scheduler reports each as unschedulable (PodScheduled False), none bound to a node.
+func noMemberSchedulable(obs observation) bool {
+	if obs.pods == nil || obs.sts == nil || len(obs.pods.Items) == 0 {
+		return false
+	}
+	if obs.sts.Spec.Replicas != nil && int32(len(obs.pods.Items)) < *obs.sts.Spec.Replicas {
+		return false
+	}
+	for _, p := range obs.pods.Items {
+		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+			return false
+		}
+		unschedulable := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable = true
+			}
+		}
+		if !unschedulable {
+			return false
+		}
+	}
+	return true
 }

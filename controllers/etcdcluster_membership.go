@@ -172,9 +172,12 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		}
 		p := info(k)
 		plan.PodState(p, pod)
-		if pod.Spec.NodeName != "" {
+		// The pod's node is read only when the pod is not Ready, from the API server: the node
+		// lifecycle controller marks a lost node's pods not Ready when it marks the node, and
+		// a cluster-wide Node informer would hold every node of the cluster in memory.
+		if pod.Spec.NodeName != "" && !podConditionTrue(pod, corev1.PodReady) {
 			node := &corev1.Node{}
-			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
+			if err := r.apiReader().Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
 				for _, cond := range node.Status.Conditions {
 					if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
 						p.NodeReady, p.NodeNotReadySince = false, cond.LastTransitionTime.Time
@@ -697,4 +700,14 @@ func missingOf(pods []plan.Pod) map[string]time.Time {
 		}
 	}
 	return out
+}
+
+// podConditionTrue reports whether pod's condition typ is True.
+func podConditionTrue(pod *corev1.Pod, typ corev1.PodConditionType) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == typ {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -48,7 +48,7 @@ type Options struct {
 	WatchNamespace string
 	// ChartDir renders a chart from disk instead of the embedded one.
 	ChartDir string
-	// DialEtcd opens etcd clients (default etcd.Dial).
+	// DialEtcd opens etcd clients (default etcd.DialVia the member pods' IPs).
 	DialEtcd etcd.Dialer
 	// EtcdTimeout bounds each etcd call (default 3s).
 	EtcdTimeout time.Duration
@@ -99,7 +99,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// one by one, by name, from the API server.
 		&corev1.Secret{}: {Label: managed},
 	}
-	cacheOpts := cache.Options{ByObject: byObject}
+	// managedFields are a large part of every object (server-side apply records each field's
+	// manager) and nothing the operator decides reads them: the cache drops them, which at a
+	// thousand clusters is tens of MiB.
+	cacheOpts := cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
 	if o.WatchNamespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
 	}
@@ -129,8 +132,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	dial := o.DialEtcd
 	if dial == nil {
-		dial = etcd.Dial
+		// Members are reached at their pods' IPs, known before their names resolve.
+		dial = etcd.DialVia(controllers.PodAddresses(mgr.GetClient()))
 	}
+	// One etcd client per cluster kept across passes, not a dial per pass.
+	clients := etcd.NewClientCache(dial, etcd.CacheOptions{})
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a discovery client: %w", err)
@@ -142,7 +148,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Renderer:    renderer,
 		Discovery:   disco,
 		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
-		DialEtcd:    dial,
+		DialEtcd:    clients.Dial,
+		ForgetEtcd:  clients.Forget,
 		EtcdTimeout: o.EtcdTimeout,
 		AfterStep:   o.AfterStep,
 		AgentImage:  o.AgentImage,
