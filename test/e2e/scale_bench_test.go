@@ -230,11 +230,11 @@ func runScale(b *testing.B, n, spaces int) {
 	for _, v := range writes {
 		totalWrites += v
 	}
-	b.Logf("%d clusters in %d namespaces: created in %s, all applied with status after %s, settled (every pod created, 15 s without writes) after %s",
+	scaleLogf(b, "%d clusters in %d namespaces: created in %s, all applied with status after %s, settled (every pod created, 15 s without writes) after %s",
 		n, spaces, created.Round(time.Millisecond), applied.Round(time.Millisecond), settling.Round(time.Millisecond))
-	b.Logf("operator RSS: before %.1f MiB, peak %.1f MiB (while applying %.1f MiB), settled %.1f MiB", inMiB(before), inMiB(rss.peak()), inMiB(peakApplying), inMiB(settled))
-	b.Logf("operator requests over %s by method: %v", window.Round(time.Second), byMethod)
-	b.Logf("writes to the kinds a cluster owns over the window (API server): %v", writes)
+	scaleLogf(b, "operator RSS: before %.1f MiB, peak %.1f MiB (while applying %.1f MiB), settled %.1f MiB", inMiB(before), inMiB(rss.peak()), inMiB(peakApplying), inMiB(settled))
+	scaleLogf(b, "operator requests over %s by method: %v", window.Round(time.Second), byMethod)
+	scaleLogf(b, "writes to the kinds a cluster owns over the window (API server): %v", writes)
 	if totalWrites > 0 {
 		b.Errorf("%v writes in steady state, want 0: %v", totalWrites, writes)
 	}
@@ -248,6 +248,14 @@ func runScale(b *testing.B, n, spaces int) {
 	b.ReportMetric((byMethod["GET"]+byMethod["LIST"])*perMin/float64(n), "reads/cluster/min")
 	b.ReportMetric(totalWrites, "writes-in-window")
 	b.ReportMetric(0, "ns/op") // one iteration is the whole scenario, not a figure of its own
+}
+
+// scaleLogf logs to the benchmark and at once to stderr: the figures are read while the
+// cleanup that follows them runs (deleting a thousand clusters takes minutes).
+func scaleLogf(b *testing.B, format string, args ...any) {
+	b.Helper()
+	b.Logf(format, args...)
+	fmt.Fprintf(os.Stderr, "scale: "+format+"\n", args...)
 }
 
 // diffWrites is b - a for the counters that grew.
