@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
@@ -170,6 +172,39 @@ const DialTimeout = 2 * time.Second
 
 // Dial is the Dialer backed by clientv3.
 func Dial(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client, error) {
+	return dial(endpoints, tlsConfig, nil)
+}
+
+// Resolver returns the address to connect to for an endpoint's host name, and false when it
+// knows none (the name is then resolved as usual).
+type Resolver func(ctx context.Context, host string) (string, bool)
+
+// DialVia is Dial with every connection (gRPC and /version) made to the address resolve
+// gives for the endpoint's host, when it gives one. The endpoints keep their names: TLS still
+// verifies the server's certificate for the name. The operator resolves a member's name from
+// its pod's IP, which it knows as soon as the pod has one: name resolution (a DNS cache, a
+// hosts file read again every few seconds) lags a pod that was just created or re-created on
+// a new address by seconds, and a pass would see the member as not answering until then.
+func DialVia(resolve Resolver) Dialer {
+	return func(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client, error) {
+		return dial(endpoints, tlsConfig, resolve)
+	}
+}
+
+// resolvingDialer connects to addr (host:port) at the address resolve gives for host.
+func resolvingDialer(resolve Resolver) func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil {
+			if ip, ok := resolve(ctx, host); ok {
+				addr = net.JoinHostPort(ip, port)
+			}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+}
+
+func dial(endpoints []string, tlsConfig *tls.Config, resolve Resolver) (Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("failed to dial etcd: no endpoints")
 	}
@@ -178,6 +213,10 @@ func Dial(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client,
 			return nil, fmt.Errorf("failed to dial etcd at %s: the endpoint needs TLS and no client certificate was given", e)
 		}
 	}
+	var dialOptions []grpc.DialOption
+	if resolve != nil {
+		dialOptions = append(dialOptions, grpc.WithContextDialer(resolvingDialer(resolve)))
+	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          DialTimeout,
@@ -185,13 +224,22 @@ func Dial(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client,
 		DialKeepAliveTimeout: 5 * time.Second,
 		TLS:                  tlsConfig,
 		Logger:               zap.NewNop(),
+		DialOptions:          dialOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to dial etcd at %v: %w", endpoints, err)
 	}
 	h := versionHTTP
-	if tlsConfig != nil {
-		h = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, TLSClientConfig: tlsConfig.Clone()}}
+	if tlsConfig != nil || resolve != nil {
+		tr := &http.Transport{DisableKeepAlives: true, Proxy: nil}
+		if tlsConfig != nil {
+			tr.TLSClientConfig = tlsConfig.Clone()
+		}
+		if resolve != nil {
+			d := resolvingDialer(resolve)
+			tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) { return d(ctx, addr) }
+		}
+		h = &http.Client{Transport: tr}
 	}
 	scheme, _, _ := strings.Cut(endpoints[0], "://")
 	return &client{c: c, http: h, tls: tlsConfig, scheme: scheme}, nil
