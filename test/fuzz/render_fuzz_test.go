@@ -135,7 +135,7 @@ func FuzzDesiredAdmissible(f *testing.F) {
 	f.Fuzz(func(t *testing.T, replicas, version uint8, sizeGi uint16, ephemeral bool, heartbeat, electionFactor uint16, snapshot uint32,
 		quotaGi uint16, flag, flagValue, labelKey, labelValue, chartKey, chartValue string, peerTLS, clientTLS bool, retention uint8) {
 		spec := v1alpha1.EtcdClusterSpec{
-			Replicas: ptr.To(int32(replicas % 10)),
+			Replicas: ptr.To(int32(replicas%9) + 1), // admission: 1 to 9
 			Version:  versionsAdmitted[int(version)%len(versionsAdmitted)],
 			Storage:  v1alpha1.StorageSpec{Ephemeral: ptr.To(ephemeral)},
 		}
