@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -457,9 +455,15 @@ func (s *soak) reportOnFailure() {
 			fmt.Fprintf(&b, "%s: %v\n", ns, err)
 			continue
 		}
-		sort.Slice(evs.Items, func(i, j int) bool { return evs.Items[i].LastTimestamp.Before(&evs.Items[j].LastTimestamp) })
+		at := func(e corev1.Event) time.Time {
+			if e.LastTimestamp.IsZero() {
+				return e.EventTime.Time // events.k8s.io writers set only this
+			}
+			return e.LastTimestamp.Time
+		}
+		sort.SliceStable(evs.Items, func(i, j int) bool { return at(evs.Items[i]).Before(at(evs.Items[j])) })
 		for _, e := range evs.Items {
-			fmt.Fprintf(&b, "%s %s %s/%s %s %s: %s\n", e.LastTimestamp.UTC().Format("15:04:05"), ns, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+			fmt.Fprintf(&b, "%s %s %s/%s %s %s: %s\n", at(e).UTC().Format("15:04:05"), ns, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
 		}
 	}
 	logs := operatorLogs()
@@ -475,15 +479,31 @@ func (s *soak) reportOnFailure() {
 	s.t.Logf("chaos soak report: %s", path)
 }
 
-// operatorLeader is the pod named by the operator's leader election Lease.
+// operatorLeader is the operator pod that holds the leader election Lease: the one whose log
+// last says it acquired the Lease (the Lease's holder names the host, which every process
+// pod of the local cluster shares, so it cannot tell the pods apart). A container restarted
+// since logs an attempt to acquire after it.
 func operatorLeader() (string, error) {
-	l := &coordinationv1.Lease{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: "etcd-pilot.etcdpilot.io"}, l); err != nil {
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(operatorNamespace), operatorLabels); err != nil {
 		return "", err
 	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return "", errors.New("the operator's Lease has no holder")
+	var leaders []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "nodes", p.Spec.NodeName, "logs", operatorNamespace+"_"+p.Name+"_manager.log"))
+		if err != nil {
+			continue
+		}
+		acquired := strings.LastIndex(string(b), "Successfully acquired lease")
+		if acquired >= 0 && acquired > strings.LastIndex(string(b), "Attempting to acquire leader lease") {
+			leaders = append(leaders, p.Name)
+		}
 	}
-	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
-	return pod, nil
+	if len(leaders) != 1 {
+		return "", fmt.Errorf("the operator's logs name %d leaders: %v", len(leaders), leaders)
+	}
+	return leaders[0], nil
 }
