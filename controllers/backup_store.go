@@ -46,8 +46,11 @@ func backupKey(backupName string) string { return backupName + ".db" }
 
 // claimPath is the file of an EtcdBackup's snapshot on a claim destination, relative to the
 // claim's root.
+// The path stays under the root whatever d.Path holds: admission refuses a path with "..",
+// but an object stored before that rule existed may carry one, and the snapshot must not be
+// written (or a restore read) outside the claim's root.
 func claimPath(cluster string, d *v1alpha1.PVCDestination, backupName string) string {
-	dir := strings.Trim(d.Path, "/")
+	dir := strings.TrimPrefix(path.Clean("/"+d.Path), "/")
 	if dir == "" {
 		dir = cluster
 	}

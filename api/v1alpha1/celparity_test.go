@@ -200,7 +200,7 @@ func backupParityRows() []parityRow {
 		{path: "spec", message: "an EtcdBackup's spec cannot change", old: `{"clusterName":"prod"}`, spec: `{"clusterName":"other"}`, noGo: whyTransition},
 		{path: "spec.destination", message: "destination needs exactly one of s3 and persistentVolumeClaim", spec: `{"clusterName":"prod","destination":{}}`, noGo: dest},
 		{path: "spec.destination.persistentVolumeClaim.path", message: "path must be relative to the claim's root", spec: `{"clusterName":"prod","destination":{"persistentVolumeClaim":{"claimName":"c","path":"a/../../b"}}}`,
-			noGo: "not checked in Go: claimPath (controllers/backup_store.go) trims slashes but keeps '..', so an object stored before this rule could write outside the claim's root in the backup pod (reported, not fixed here)"},
+			noGo: "not refused in Go: claimPath (controllers/backup_store.go) cleans the path as rooted, so an object stored before this rule still writes and restores inside the claim's root (TestClaimPathStaysUnderTheRoot)"},
 		{path: "spec.destination.s3.endpoint", message: "endpoint must be an http:// or https:// URL", spec: `{"clusterName":"prod","destination":{"s3":{"endpoint":"https://s3.example/path","bucket":"b","credentialsSecret":{"name":"c"}}}}`, noGo: dest},
 	}
 }
