@@ -4,6 +4,7 @@ package etcdproc
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -59,12 +60,26 @@ func Start(t testing.TB, ip string, flags ...string) string {
 		"--listen-metrics-urls=" + metrics,
 		"--initial-cluster=m0=" + peer, "--initial-cluster-state=new", "--log-level=error"}, flags...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// Another etcd already on these addresses would answer the readiness check for this one,
+	// and the test would run against a process it does not own.
+	if conn, err := net.DialTimeout("tcp", ip+":2379", time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("etcd's client address %s:2379 is already served by another process: another test (or a second copy of this one) uses %s", ip, ip)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("failed to start etcd: %v", err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; exited <- nil })
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("etcd at %s exited before it was ready (another process on its addresses?): %v", client, err)
+		default:
+		}
 		resp, err := http.Get(metrics + "/readyz")
 		if err == nil {
 			resp.Body.Close()
