@@ -32,13 +32,14 @@ var (
 )
 
 const (
-	soakMembers  = 3
-	soakKeys     = 10                    // keys per cluster: the checker stays fast
-	soakOpTime   = 2 * time.Second       // per-op deadline; a timed-out op is unknown
-	soakOpGap    = 20 * time.Millisecond // pause between a client's ops: leaves CPU to etcd and the operator
-	soakSettle   = 4 * time.Minute       // deadline for a cluster to settle after a fault
-	soakPrefix   = "soak/"
-	soakLongSoak = 20 * time.Minute // from this duration on, the soak upgrades 3.5 -> 3.6 -> 3.7
+	soakMembers      = 3
+	soakKeys         = 10                    // keys per cluster: the checker stays fast
+	soakOpTime       = 2 * time.Second       // per-op deadline; a timed-out op is unknown
+	soakOpGap        = 20 * time.Millisecond // pause between a client's ops: leaves CPU to etcd and the operator
+	soakSettle       = 4 * time.Minute       // deadline for a cluster to settle after a fault
+	soakPrefix       = "soak/"
+	soakLongSoak     = 20 * time.Minute // from this duration on, the soak upgrades 3.5 -> 3.6 -> 3.7
+	soakReplaceAfter = 30 * time.Second
 )
 
 // soakVersions are the versions a long soak walks through, one upgrade fault at a time.
@@ -75,7 +76,11 @@ func TestChaosSoak(t *testing.T) {
 	t.Cleanup(s.undo)
 	// Create all, then wait for all: they form in parallel.
 	for _, c := range s.clusters {
-		spec := v1alpha1.EtcdClusterSpec{Replicas: ptrInt32(soakMembers), Version: c.version}
+		// A member lost for 30 s is replaced (the default is 5 minutes, longer than a fault
+		// may take to settle): a wiped member, which cannot start again, is replaced within the
+		// soak's settle deadline, while a stall or a node stop (at most 8 s) stays below it.
+		spec := v1alpha1.EtcdClusterSpec{Replicas: ptrInt32(soakMembers), Version: c.version,
+			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: soakReplaceAfter}}}
 		if err := k8s.Create(context.Background(), &v1alpha1.EtcdCluster{ObjectMeta: objectMeta(c.ns), Spec: spec}); err != nil {
 			t.Fatal(err)
 		}
