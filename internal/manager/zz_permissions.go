@@ -26,8 +26,6 @@ var Required = []Permission{
 	{Group: "", Resource: "services", Verb: "update", ClusterScoped: false},
 	{Group: "", Resource: "services", Verb: "watch", ClusterScoped: false},
 	{Group: "", Resource: "nodes", Verb: "get", ClusterScoped: true},
-	{Group: "", Resource: "nodes", Verb: "list", ClusterScoped: true},
-	{Group: "", Resource: "nodes", Verb: "watch", ClusterScoped: true},
 	{Group: "", Resource: "persistentvolumeclaims", Verb: "create", ClusterScoped: false},
 	{Group: "", Resource: "persistentvolumeclaims", Verb: "delete", ClusterScoped: false},
 	{Group: "", Resource: "persistentvolumeclaims", Verb: "deletecollection", ClusterScoped: false},
