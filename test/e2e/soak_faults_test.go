@@ -221,7 +221,7 @@ func (s *soak) handOverOperator(_ *soakCluster) {
 			s.note(-1, "operator-handover", fmt.Sprintf("leader still %s after 2m (%v)", now, err))
 			return
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // poll interval; the loop ends after 2 minutes
 	}
 }
 

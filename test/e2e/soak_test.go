@@ -107,7 +107,7 @@ func TestChaosSoak(t *testing.T) {
 		}
 		// Spacing from the seed: the clients run on a settled cluster for a moment.
 		gap := time.Duration(500+s.rng.Intn(1500)) * time.Millisecond
-		time.Sleep(gap)
+		time.Sleep(gap) // the seeded spacing between faults, part of the replayed sequence
 	}
 	s.note(-1, "end", "faults stopped")
 	s.finish()
@@ -189,7 +189,7 @@ func (s *soak) settle(c *soakCluster, n int) error {
 		if last = c.settled(s.t, n); last == nil {
 			return nil
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // poll interval; the loop ends at its deadline
 	}
 	return last
 }
@@ -380,7 +380,7 @@ func hashesEqual(cli *clientv3.Client, ns string, n int) error {
 		if err != nil {
 			cancel()
 			last = err
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // retry interval; the loop ends at its deadline
 			continue
 		}
 		rev := resp.Header.Revision
@@ -394,7 +394,7 @@ func hashesEqual(cli *clientv3.Client, ns string, n int) error {
 		cancel()
 		if err != nil {
 			last = fmt.Errorf("HashKV at revision %d: %w", rev, err)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // retry interval; the loop ends at its deadline
 			continue
 		}
 		if len(hashes) != 1 {
