@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,6 +115,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", 3*time.Second, "timeout of each etcd call")
 	fs.StringVar(&o.AgentImage, "agent-image", DefaultAgentImage, "the operator's own image, run by the pods that write backups to volume claims (keep it in step with the Deployment's image)")
 	fs.DurationVar(&o.BackupTimeout, "backup-timeout", time.Hour, "time limit of one backup attempt")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "address of net/http/pprof's endpoints, for heap and CPU profiles (\"0\" disables them)")
+	qps := fs.Float64("kube-api-qps", 50, "requests per second the operator may send to the API server (client-side limit; a new cluster costs about nine)")
+	fs.IntVar(&o.Burst, "kube-api-burst", 100, "requests the operator may send at once above --kube-api-qps")
+	memLimit := fs.Int64("memory-limit", envInt64("MEMORY_LIMIT"), "the container's memory limit in bytes (default $MEMORY_LIMIT, which the Deployment sets from limits.memory): the Go runtime keeps its memory to 90 % of it, collecting garbage sooner as the heap nears it (GOMEMLIMIT, when set, wins; 0: no limit)")
 	var op operatorFlags
 	op.bind(fs, os.Getenv("POD_NAMESPACE"), "$POD_NAMESPACE")
 	zo := zap.Options{}
@@ -121,6 +127,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	o.QPS = float32(*qps)
+	if l := setMemoryLimit(*memLimit); l > 0 {
+		ctrl.Log.Info("keeping the Go runtime's memory below 90 % of the container's limit", "limitBytes", *memLimit, "softLimitBytes", l)
+	}
 	operator, err := op.operator()
 	if err != nil {
 		return err
@@ -346,4 +356,24 @@ func runValues(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	_, err = stdout.Write(b)
 	return err
+}
+
+// envInt64 is the integer in the environment variable name, 0 when unset or not a number.
+func envInt64(name string) int64 {
+	v, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+	return v
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit to 90 % of limit (the rest is for
+// what the runtime does not count: thread stacks, the binary's pages) and returns it. It does
+// nothing and returns 0 when limit is not positive or GOMEMLIMIT is set (the runtime honours
+// that itself). Without it the heap grows to twice the live heap (GOGC=100) before a
+// collection, whatever the container's limit.
+func setMemoryLimit(limit int64) int64 {
+	if limit <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	soft := limit / 10 * 9
+	debug.SetMemoryLimit(soft)
+	return soft
 }

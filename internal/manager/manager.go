@@ -61,6 +61,12 @@ type Options struct {
 	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods to the
 	// members.
 	Operator values.Operator
+	// PprofAddr serves net/http/pprof on this address; "" or "0" (the default) disables it.
+	PprofAddr string
+	// QPS and Burst limit the operator's requests to the API server (client-go's token
+	// bucket); 0 keeps the rest.Config's own (controller-runtime's default is 20 and 30).
+	QPS   float32
+	Burst int
 	// SkipNameValidation lets tests build more than one manager in a process (controller
 	// names are otherwise unique per process, for their metrics).
 	SkipNameValidation bool
@@ -83,6 +89,15 @@ func Scheme() *runtime.Scheme {
 // StatefulSets and Services.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme := Scheme()
+	if o.QPS > 0 || o.Burst > 0 {
+		cfg = rest.CopyConfig(cfg)
+		if o.QPS > 0 {
+			cfg.QPS = o.QPS
+		}
+		if o.Burst > 0 {
+			cfg.Burst = o.Burst
+		}
+	}
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	member, _ := labels.Parse(v1alpha1.LabelCluster)
 	byObject := map[client.Object]cache.ByObject{
@@ -110,6 +125,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                  scheme,
 		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "etcd-pilot.etcdpilot.io",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
