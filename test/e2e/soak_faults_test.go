@@ -196,29 +196,43 @@ func (s *soak) restartAPIServer(_ *soakCluster) {
 	s.note(-1, "apiserver-restart", "ready again")
 }
 
-// handOverOperator kills the pod holding the operator's leader Lease; the other replica must
-// take over.
+// handOverOperator kills the pod holding the operator's leader Lease; a replica must take
+// over: the other one, or the killed pod's restarted container if it wins the Lease first
+// (both wait out the Lease's duration, since a killed leader does not release it).
 func (s *soak) handOverOperator(_ *soakCluster) {
-	leader, err := operatorLeader()
-	if err != nil {
-		s.note(-1, "operator-handover", fmt.Sprintf("skipped: %v", err))
-		return
+	// Right after an operator kill or hand-over no replica holds the Lease yet: wait for one.
+	var leader string
+	var before int
+	end := time.Now().Add(time.Minute)
+	for {
+		var err error
+		leader, before, err = operatorLeader()
+		if err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			s.fail(nil, "no single operator leader for a minute before the hand-over: %v", err)
+			return
+		}
+		time.Sleep(250 * time.Millisecond) // poll interval; the loop ends after a minute
 	}
 	s.note(-1, "operator-handover", "kill the leader "+leader)
 	if out, err := local(s.t, "kill-pod", operatorNamespace+"/"+leader); err != nil {
 		s.fail(nil, "kill-pod %s: %v %s", leader, err, out)
 	}
-	end := time.Now().Add(2 * time.Minute)
+	end = time.Now().Add(2 * time.Minute)
 	for {
-		now, err := operatorLeader()
-		if err == nil && now != leader {
+		now, after, err := operatorLeader()
+		switch {
+		case err == nil && now != leader:
 			s.note(-1, "operator-handover", "new leader "+now)
+			return
+		case err == nil && after > before:
+			s.note(-1, "operator-handover", "the killed pod's restarted container took the Lease back: "+now)
 			return
 		}
 		if time.Now().After(end) {
-			// The killed pod restarted and won the Lease back: also a hand-over through a
-			// kill, but say so.
-			s.note(-1, "operator-handover", fmt.Sprintf("leader still %s after 2m (%v)", now, err))
+			s.fail(nil, "no operator replica acquired the leader Lease within 2 minutes of killing the leader %s (%v)", leader, err)
 			return
 		}
 		time.Sleep(250 * time.Millisecond) // poll interval; the loop ends after 2 minutes

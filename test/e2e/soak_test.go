@@ -487,13 +487,15 @@ func (s *soak) reportOnFailure() {
 // operatorLeader is the operator pod that holds the leader election Lease: the one whose log
 // last says it acquired the Lease (the Lease's holder names the host, which every process
 // pod of the local cluster shares, so it cannot tell the pods apart). A container restarted
-// since logs an attempt to acquire after it.
-func operatorLeader() (string, error) {
+// since logs an attempt to acquire after it. It also counts the acquisitions the logs of the
+// current pods record (a pod's log survives its container's restarts).
+func operatorLeader() (string, int, error) {
 	pods := &corev1.PodList{}
 	if err := k8s.List(context.Background(), pods, client.InNamespace(operatorNamespace), operatorLabels); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var leaders []string
+	acquisitions := 0
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
 			continue
@@ -502,13 +504,14 @@ func operatorLeader() (string, error) {
 		if err != nil {
 			continue
 		}
+		acquisitions += strings.Count(string(b), "Successfully acquired lease")
 		acquired := strings.LastIndex(string(b), "Successfully acquired lease")
 		if acquired >= 0 && acquired > strings.LastIndex(string(b), "Attempting to acquire leader lease") {
 			leaders = append(leaders, p.Name)
 		}
 	}
 	if len(leaders) != 1 {
-		return "", fmt.Errorf("the operator's logs name %d leaders: %v", len(leaders), leaders)
+		return "", acquisitions, fmt.Errorf("the operator's logs name %d leaders: %v", len(leaders), leaders)
 	}
-	return leaders[0], nil
+	return leaders[0], acquisitions, nil
 }
