@@ -143,6 +143,10 @@ lint: ## go vet and gofmt.
 bench-scale: build ## On the local cluster: 1000 EtcdClusters that cannot be scheduled, in 1 and in 50 namespaces: operator memory, time until all are applied, steady-state requests per cluster.
 	flock /tmp/etcd-pilot-e2e.lock go test ./test/e2e -count=1 -run '^$$' -bench 'BenchmarkThousandClusters' -benchtime 1x -timeout 60m -v
 
+.PHONY: bench-ten
+bench-ten: build ## On the local cluster: 10 real 3-member clusters at once: time to all Available and a rolling upgrade of all of them (per cluster, read from etcd), operator CPU and memory.
+	flock /tmp/etcd-pilot-e2e.lock go test ./test/e2e -count=1 -run '^$$' -bench 'BenchmarkTenClusters' -benchtime 1x -timeout 40m -v
+
 .PHONY: bench-e2e
 bench-e2e: build ## On the local cluster: its start time, time to Available for 3, 5, 7 members, one scale-out step, one replacement, one upgrade.
 	go test ./test/e2e -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m

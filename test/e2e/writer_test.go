@@ -93,6 +93,13 @@ func etcdClient(t testing.TB, ns string, n int) *clientv3.Client {
 
 func startWriter(t testing.TB, ns string, maxMembers int) *writer {
 	t.Helper()
+	return startPacedWriter(t, ns, maxMembers, 0)
+}
+
+// startPacedWriter is startWriter with a write started at most every `every` (0: each write
+// starts when the last one ended): many clusters written at once on a small machine.
+func startPacedWriter(t testing.TB, ns string, maxMembers int, every time.Duration) *writer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writer{cli: etcdClient(t, ns, maxMembers), cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -116,6 +123,12 @@ func startWriter(t testing.TB, ns string, maxMembers int) *writer {
 				}
 			}
 			w.mu.Unlock()
+			if every > 0 { // the pacing interval, not a wait for a condition
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Until(began.Add(every))):
+				}
+			}
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-w.done; w.cli.Close() })
