@@ -107,7 +107,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
 		&networkingv1.NetworkPolicy{}:   {Label: managed},
 		&corev1.ConfigMap{}:             {Label: managed},
-		&corev1.Pod{}:                   {Label: managed},
+		// Member pods keep only the fields the controllers read (stripPod).
+		&corev1.Pod{}:                   {Label: managed, Transform: stripPod},
 		&corev1.PersistentVolumeClaim{}: {Label: member},
 		// Only the Secrets the operator writes (its CA and certificates) are cached; the
 		// credentials of a backup destination and the certificates a user provides are read
