@@ -48,6 +48,11 @@ type tenCluster struct {
 	available time.Duration // creation to 3 healthy voters agreeing on a leader (etcd)
 	termAvail uint64        // the raft term when it was Available: 2 is one election
 	upgraded  time.Duration // spec change to every member on tenTo and the cluster version raised (etcd)
+	// memberOn is, per ordinal, when etcd's Status of that member first reported tenTo, and
+	// versionAt when a member first reported the cluster version tenClusterVersion (from the
+	// spec change; zero while not seen).
+	memberOn  [3]time.Duration
+	versionAt time.Duration
 	writer    *writer
 	sampler   *sampler
 }
@@ -134,6 +139,7 @@ func runTen(b *testing.B) {
 	}}}
 	defer hc.CloseIdleConnections()
 	waitAll(b, clusters, 20*time.Minute, "upgraded in etcd", func(c *tenCluster) error {
+		c.observeUpgrade(ctx, b, hc, upStart)
 		// soakCluster.settled: 3 healthy voters, no learner, one cluster ID, each on tenTo.
 		if err := (&soakCluster{ns: c.ns, version: tenTo}).settled(b, 3); err != nil {
 			return err
@@ -144,6 +150,9 @@ func runTen(b *testing.B) {
 			}
 		}
 		c.upgraded = time.Since(upStart)
+		if c.versionAt == 0 { // raised between observeUpgrade and the checks above
+			c.versionAt = c.upgraded
+		}
 		return nil
 	})
 	allUpgraded := time.Since(upStart)
@@ -169,7 +178,7 @@ func runTen(b *testing.B) {
 	terms, stormed := 0, 0
 	b.Logf("%d clusters of 3 members: all formed %s after the first creation, all upgraded %s to %s after the change",
 		tenClusters, allAvailable.Round(10*time.Millisecond), tenTo, allUpgraded.Round(10*time.Millisecond))
-	b.Logf("%-28s %9s %9s %10s %8s %7s %8s %10s %10s", "namespace", "formed-s", "term", "upgrade-s", "writes", "failed", "gap-ms", "elections", "min-voters")
+	b.Logf("%-28s %9s %5s %10s %17s %6s %7s %7s %7s %10s %10s", "namespace", "formed-s", "term", "upgrade-s", "members-on-new-s", "cv-s", "writes", "failed", "gap-ms", "elections", "min-voters")
 	for _, c := range clusters {
 		avail = append(avail, c.available.Seconds())
 		upg = append(upg, c.upgraded.Seconds())
@@ -185,10 +194,11 @@ func runTen(b *testing.B) {
 		c.sampler.mu.Lock()
 		fewest, of := c.sampler.fewest, c.sampler.fewestOf
 		c.sampler.mu.Unlock()
-		b.Logf("%-28s %9.2f %9d %10.2f %8d %7d %8d %10d %7d/%d", c.ns, c.available.Seconds(), c.termAvail, c.upgraded.Seconds(),
-			acked, failed, gap.Milliseconds(), changes, fewest, of)
+		on := slices.Sorted(slices.Values(c.memberOn[:]))
+		b.Logf("%-28s %9.2f %5d %10.2f %5.1f/%4.1f/%4.1f %6.1f %7d %7d %7d %10d %7d/%d", c.ns, c.available.Seconds(), c.termAvail, c.upgraded.Seconds(),
+			on[0].Seconds(), on[1].Seconds(), on[2].Seconds(), c.versionAt.Seconds(), acked, failed, gap.Milliseconds(), changes, fewest, of)
 	}
-	b.Logf("formed: term is etcd's raft term then (2 = one election); elections: raft term changes the writer saw during the upgrade (1 = the hand-over); min-voters: the fewest healthy voters a sampler saw")
+	b.Logf("formed: term is etcd's raft term then (2 = one election); members-on-new: when each member first served %s (etcd's Status), in order; cv: when etcd first reported cluster version %s; elections: raft term changes the writer saw during the upgrade (1 = the hand-over); min-voters: the fewest healthy voters a sampler saw", tenTo, tenClusterVersion)
 	b.Logf("operator CPU (cores, utime+stime over the window): forming %.3f over %s, upgrading %.3f over %s, idle %.3f over %s",
 		forming.operatorCores(), forming.wall.Round(time.Second), upgrading.operatorCores(), upgrading.wall.Round(time.Second), idle.operatorCores(), idle.wall.Round(time.Second))
 	b.Logf("machine CPU busy (of %d cores): forming %.0f %%, upgrading %.0f %%, idle %.0f %%", forming.cores, 100*forming.machineBusy(), 100*upgrading.machineBusy(), 100*idle.machineBusy())
@@ -218,6 +228,26 @@ func runTen(b *testing.B) {
 	for _, c := range clusters {
 		c.sampler.finish(b)
 		c.writer.finish(b, c.ns, 3)
+	}
+}
+
+// observeUpgrade records, from etcd, when each member of c first served tenTo and when the
+// cluster version first reached tenClusterVersion, as offsets from since.
+func (c *tenCluster) observeUpgrade(ctx context.Context, t testing.TB, hc *http.Client, since time.Time) {
+	cli := etcdClient(t, c.ns, 3)
+	defer cli.Close()
+	for i := range c.memberOn {
+		if c.memberOn[i] == 0 {
+			sctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+			st, err := cli.Status(sctx, endpoint(c.ns, i))
+			cancel()
+			if err == nil && st.Version == tenTo {
+				c.memberOn[i] = time.Since(since)
+			}
+		}
+		if c.versionAt == 0 && etcdClusterVersion(ctx, hc, c.ns, i) == tenClusterVersion {
+			c.versionAt = time.Since(since)
+		}
 	}
 }
 
