@@ -13,10 +13,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -242,7 +244,14 @@ func dial(endpoints []string, tlsConfig *tls.Config, resolve Resolver) (Client, 
 		h = &http.Client{Transport: tr}
 	}
 	scheme, _, _ := strings.Cut(endpoints[0], "://")
-	return &client{c: c, http: h, tls: tlsConfig, scheme: scheme}, nil
+	connect := func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	if resolve != nil {
+		connect = resolvingDialer(resolve)
+	}
+	return &client{c: c, http: h, tls: tlsConfig, scheme: scheme, connect: connect}, nil
 }
 
 type client struct {
@@ -252,6 +261,30 @@ type client struct {
 	tls  *tls.Config
 	// scheme is the scheme of the endpoints dialed (http or https).
 	scheme string
+	// connect opens a TCP connection to host:port the way the gRPC connections are made.
+	connect func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// refused reports whether nothing listens at endpoint's address: the connection was refused.
+// The client's gRPC calls wait for a connection until their deadline, retrying with a
+// back-off, so a member whose process is down (restarting, crash looping, its pod just
+// re-created) would hold every observation for the whole per-call timeout; a refused
+// connection says at once that it does not answer. Any other outcome (connected, a timeout,
+// a name that does not resolve) leaves the answer to the gRPC call.
+func (c *client) refused(ctx context.Context, endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || c.connect == nil {
+		return nil
+	}
+	conn, err := c.connect(ctx, u.Host)
+	if err == nil {
+		_ = conn.Close()
+		return nil
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return err
+	}
+	return nil
 }
 
 func (c *client) MemberList(ctx context.Context) (Cluster, error) {
@@ -291,6 +324,9 @@ func PreferScheme(urls []string, scheme string) []string {
 }
 
 func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, error) {
+	if err := c.refused(ctx, endpoint); err != nil {
+		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
+	}
 	resp, err := c.c.Status(ctx, endpoint)
 	if err != nil {
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -452,5 +454,56 @@ func TestFakeMaintenance(t *testing.T) {
 	}
 	if err := f.Compact(ctx, 43); err == nil {
 		t.Fatal("compacting above the current revision succeeded")
+	}
+}
+
+// TestStatusOfAMemberThatIsDownFailsAtOnce: a member whose process is down (nothing listens
+// on its client port) is reported as not answering at once, not after the call's deadline,
+// while the member that serves still answers through the same client; observations with a
+// member restarting used to take the whole per-call timeout.
+func TestStatusOfAMemberThatIsDownFailsAtOnce(t *testing.T) {
+	up := etcdproc.Start(t, "127.0.41.4")
+	l, err := net.Listen("tcp", "127.0.41.5:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String()
+	l.Close() // nothing listens there now
+	for name, dial := range map[string]etcd.Dialer{
+		"Dial": etcd.Dial,
+		// The operator's dialer: the name resolves to the address nothing listens on.
+		"DialVia": etcd.DialVia(func(_ context.Context, host string) (string, bool) {
+			if host == "member-down" {
+				return "127.0.41.5", true
+			}
+			return "", false
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ep := down
+			if name == "DialVia" {
+				_, port, _ := net.SplitHostPort(l.Addr().String())
+				ep = "http://member-down:" + port
+			}
+			c, err := dial(context.Background(), []string{up, ep}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			obs, answered, err := etcd.ObserveEndpoints(context.Background(), c, []string{up, ep}, 3*time.Second)
+			took := time.Since(start)
+			if err != nil || answered != 1 || len(obs.Status) != 1 {
+				t.Fatalf("answered %d, statuses %v, error %v; want the serving member only", answered, obs.Status, err)
+			}
+			if took > time.Second {
+				t.Fatalf("the observation took %s with one member down, want well under the 3s per-call timeout", took)
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if _, err := c.Status(sctx, ep); !errors.Is(err, syscall.ECONNREFUSED) || sctx.Err() != nil {
+				t.Fatalf("Status of the member that is down: %v (context %v), want a refused connection before the deadline", err, sctx.Err())
+			}
+		})
 	}
 }
