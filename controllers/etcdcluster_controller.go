@@ -5,12 +5,14 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -354,6 +356,14 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	switch {
 	case applyErr != nil && !applyStalls(applyErr):
 		return ctrl.Result{}, applyErr
+	case memberErr != nil && etcdRefusesForNow(memberErr):
+		// Not a failure to back off from: etcd's leader accepts a membership change only once
+		// it has been connected to its voters for a few seconds (etcd's health interval, 5 s),
+		// so a change right after an election, such as adding the learner that replaces a
+		// removed leader, is refused until then. Growing error back-off made that last up to
+		// 10 s longer than etcd's own wait, while the new member's pod went on crash looping.
+		logger.Info("etcd refuses the membership change until its leader has been in touch with every voter for a while; looking again in a second", "error", memberErr.Error())
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	case memberErr != nil:
 		return ctrl.Result{}, memberErr
 	case backupErr != nil:
@@ -659,4 +669,11 @@ func noMemberSchedulable(obs observation) bool {
 		}
 	}
 	return true
+}
+
+// etcdRefusesForNow tells etcd's answer to a membership change it will accept a little later
+// ("etcdserver: unhealthy cluster": its leader has not been connected to enough of its voters
+// for long enough) from a failure.
+func etcdRefusesForNow(err error) bool {
+	return errors.Is(err, rpctypes.ErrUnhealthy) || strings.Contains(err.Error(), rpctypes.ErrorDesc(rpctypes.ErrUnhealthy))
 }
