@@ -349,27 +349,11 @@ func (s *rssSampler) stop() {
 }
 
 // operatorRSS is the largest resident set (bytes) among the operator's processes on the local
-// cluster: `etcd-pilot manager --leader-elect ...` run by a process node under dir.
+// cluster (operatorPIDs).
 func operatorRSS() int64 {
 	var best int64
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmd), "\x00")
-		if len(args) < 2 || args[1] != "manager" || !bytes.Contains(cmd, []byte("--leader-elect")) {
-			continue
-		}
-		mounts, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo"))
-		if !bytes.Contains(cmd, []byte(dir)) && !bytes.Contains(mounts, []byte(dir)) {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+	for _, pid := range operatorPIDs() {
+		status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 		if err != nil {
 			continue
 		}

@@ -419,7 +419,7 @@ func (w *cpuWindow) machineBusy() float64 {
 	return float64(w.busyUsed) / float64(w.allUsed)
 }
 
-// operatorPIDs lists the operator's processes on the local cluster, as operatorRSS finds them:
+// operatorPIDs lists the operator's processes on the local cluster:
 // `etcd-pilot manager --leader-elect ...` run by a process node under dir.
 func operatorPIDs() []int {
 	var pids []int

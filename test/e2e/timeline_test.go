@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -498,23 +497,7 @@ func (tl *timeline) sample(ctx context.Context) {
 func (tl *timeline) clusterVersion(ctx context.Context, name string) string {
 	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint(tl.ns, podOrdinal(name))+"/version", nil)
-	if err != nil {
-		return ""
-	}
-	resp, err := tl.http.Do(req)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var v struct {
-		Cluster string `json:"etcdcluster"`
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return ""
-	}
-	return v.Cluster
+	return etcdClusterVersion(ctx, tl.http, tl.ns, podOrdinal(name))
 }
 
 // podOrdinal is the ordinal of the member pod name.
