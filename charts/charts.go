@@ -46,8 +46,10 @@ type Release struct {
 // Renderer renders one chart and caches the results by a hash of the release and values.
 // It is safe for concurrent use.
 type Renderer struct {
-	chart *chart.Chart
-	caps  *chartutil.Capabilities // nil: Helm's defaults, as `helm template` without a cluster
+	chart  *chart.Chart
+	bare   *chart.Chart // chart and its subcharts without their values schemas: schema checks values
+	schema *chartSchema
+	caps   *chartutil.Capabilities // nil: Helm's defaults, as `helm template` without a cluster
 
 	mu    sync.Mutex
 	max   int
@@ -136,7 +138,20 @@ func (r *Renderer) WithCapabilities(caps Capabilities) (*Renderer, error) {
 }
 
 func newRenderer(c *chart.Chart) *Renderer {
-	return &Renderer{chart: c, max: DefaultCacheSize, lru: list.New(), index: map[[sha256.Size]byte]*list.Element{}}
+	return &Renderer{chart: c, bare: withoutSchemas(c), schema: newChartSchema(c), max: DefaultCacheSize, lru: list.New(), index: map[[sha256.Size]byte]*list.Element{}}
+}
+
+// withoutSchemas returns a copy of c whose chart and subcharts have no values schema (the
+// templates, values and files are shared, not copied).
+func withoutSchemas(c *chart.Chart) *chart.Chart {
+	out := *c
+	out.Schema = nil
+	deps := make([]*chart.Chart, 0, len(c.Dependencies()))
+	for _, d := range c.Dependencies() {
+		deps = append(deps, withoutSchemas(d))
+	}
+	out.SetDependencies(deps...)
+	return &out
 }
 
 // Chart returns the chart's name and version, for labels and logs.
@@ -176,9 +191,14 @@ func (r *Renderer) render(rel Release, values map[string]any) ([]*unstructured.U
 	if err != nil {
 		return nil, err
 	}
-	top, err := chartutil.ToRenderValues(r.chart, vals, chartutil.ReleaseOptions{
+	// Helm's own schema check compiles the schemas on every call; r.schema keeps them
+	// compiled and checks the same coalesced values with the same errors.
+	top, err := chartutil.ToRenderValuesWithSchemaValidation(r.bare, vals, chartutil.ReleaseOptions{
 		Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: true,
-	}, r.caps)
+	}, r.caps, true)
+	if err == nil {
+		err = r.schema.check(top["Values"].(chartutil.Values))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to prepare values for chart %s: %w", r.chart.Metadata.Name, err)
 	}
