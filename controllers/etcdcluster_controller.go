@@ -227,7 +227,7 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 		r.Recorder.Eventf(after, nil, t.eventType, t.cond.Reason, t.cond.Type, "%s is %s: %s", t.cond.Type, t.cond.Status, t.cond.Message)
 	}
 	if n := after.Status.LeaderChanges - before.Status.LeaderChanges; n > 0 {
-		metricLeaderChanges.WithLabelValues(after.Namespace, after.Name).Add(float64(n))
+		countLeaderChanges(after, n)
 		r.Recorder.Eventf(after, memberPod(after.Namespace, after.Status.Leader), corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
 			after.Status.Leader, after.Status.LeaderID, before.Status.Leader, before.Status.LeaderID, after.Status.LeaderChanges)
 	}

@@ -515,7 +515,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	}
 	r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
 	if a.Kind == plan.MoveLeader {
-		metricLeaderMoves.WithLabelValues(c.Namespace, c.Name).Inc()
+		countLeaderMove(c)
 	}
 	if r.AfterStep != nil {
 		r.AfterStep(string(a.Kind))

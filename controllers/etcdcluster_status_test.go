@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -236,8 +234,7 @@ func TestTotalOutageShowsInOnePass(t *testing.T) {
 	healthy := observation{specReplicas: 3, sts: sts(3, 3, 3), etcdAsked: true, etcd: cluster(3, 1, nil, nil)}
 	setStatus(c, healthy, topology{selector: labels.Everything()})
 	recordMetrics(c)
-	l := prometheus.Labels{"namespace": "ns", "name": "outage"}
-	if got := promtest.ToFloat64(metricHasLeader.With(l)); got != 1 {
+	if got := seriesOf(t, "etcdpilot_cluster_has_leader", "ns", "outage")[""]; got != 1 {
 		t.Fatalf("healthy: has_leader %v", got)
 	}
 	outage := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, reached: 1, etcdErr: errors.New("context deadline exceeded")}
@@ -251,7 +248,7 @@ func TestTotalOutageShowsInOnePass(t *testing.T) {
 			t.Fatalf("during the outage member %s is healthy=%v leader=%v", m.Name, m.Healthy, m.Leader)
 		}
 	}
-	if got := promtest.ToFloat64(metricHasLeader.With(l)); got != 0 {
+	if got := seriesOf(t, "etcdpilot_cluster_has_leader", "ns", "outage"); got[""] != 0 || len(got) != 1 {
 		t.Fatalf("outage: has_leader %v", got)
 	}
 	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded); cond.Reason != v1alpha1.ReasonQuorumLost {

@@ -1,10 +1,10 @@
 package controllers
 
 import (
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -48,172 +48,225 @@ var (
 )
 
 // metricCertificateExpiry is when each certificate of spec.tls expires, by Secret.
-var metricCertificateExpiry = series(prometheus.GaugeOpts{
-	Name: "etcdpilot_certificate_expiry_timestamp_seconds",
-	Help: "When a certificate of the cluster's TLS expires (Unix time), by the Secret that holds it.",
-}, "secret")
+var metricCertificateExpiry = gauge("etcdpilot_certificate_expiry_timestamp_seconds",
+	"When a certificate of the cluster's TLS expires (Unix time), by the Secret that holds it.", "secret")
 
 // The database sizes each member reported, by member (the pod name).
 var (
-	metricDBSize = series(prometheus.GaugeOpts{
-		Name: "etcdpilot_cluster_db_size_bytes",
-		Help: "The size of a member's database file (what etcd counts against the quota), by member.",
-	}, "member")
-	metricDBSizeInUse = series(prometheus.GaugeOpts{
-		Name: "etcdpilot_cluster_db_size_in_use_bytes",
-		Help: "The part of a member's database file that holds data (what a defragmentation cannot free), by member.",
-	}, "member")
+	metricDBSize = gauge("etcdpilot_cluster_db_size_bytes",
+		"The size of a member's database file (what etcd counts against the quota), by member.", "member")
+	metricDBSizeInUse = gauge("etcdpilot_cluster_db_size_in_use_bytes",
+		"The part of a member's database file that holds data (what a defragmentation cannot free), by member.", "member")
 )
 
 // metricCondition is the cluster's conditions: one series per condition type, of value 1, with
 // the condition's status and reason as labels.
-var metricCondition = series(prometheus.GaugeOpts{
-	Name: "etcdpilot_cluster_condition",
-	Help: "The EtcdCluster's conditions (Available, Progressing, Degraded, Ready, BackupReady, ...): 1 for each type, labelled with its status and reason.",
-}, "type", "status", "reason")
+var metricCondition = gauge("etcdpilot_cluster_condition",
+	"The EtcdCluster's conditions (Available, Progressing, Degraded, Ready, BackupReady, ...): 1 for each type, labelled with its status and reason.",
+	"type", "status", "reason")
 
 // metricSteps counts the steps the executor carried out, by kind and result.
-var metricSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "etcdpilot_steps_total",
-	Help: "Steps the executor carried out after the safety gate let them pass, by kind and result (succeeded, failed).",
-}, []string{"namespace", "name", "kind", "result"})
+var metricSteps = counter("etcdpilot_steps_total",
+	"Steps the executor carried out after the safety gate let them pass, by kind and result (succeeded, failed).", "kind", "result")
 
-// clusterLabels label every series with the EtcdCluster's namespace and name.
-var clusterLabels = []string{"namespace", "name"}
-
-func counter(name, help string) *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, clusterLabels)
+// metricDesc is one metric: every series carries the EtcdCluster's namespace and name, then
+// the metric's own labels.
+type metricDesc struct {
+	*prometheus.Desc
+	typ prometheus.ValueType
 }
 
-func gauge(name, help string) *prometheus.GaugeVec {
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, clusterLabels)
+func counter(name, help string, labels ...string) metricDesc {
+	return metricDesc{prometheus.NewDesc(name, help, append([]string{"namespace", "name"}, labels...), nil), prometheus.CounterValue}
+}
+
+func gauge(name, help string, labels ...string) metricDesc {
+	return metricDesc{prometheus.NewDesc(name, help, append([]string{"namespace", "name"}, labels...), nil), prometheus.GaugeValue}
 }
 
 func init() {
-	metrics.Registry.MustRegister(metricLeaderChanges, metricLeaderMoves, metricHasLeader, metricMembers, metricHealthyMembers,
-		metricUpgradePending, metricDesiredMembers, metricLearners, metricVoters, metricHealthyVoters, metricQuorum, metricDBQuota,
-		metricBackupLastSuccess, metricBackupLastSucceeded, metricCertificateExpiry, metricDBSize, metricDBSizeInUse,
-		metricCondition, metricSteps)
+	metrics.Registry.MustRegister(clusterMetrics)
 }
 
-// clusterSeries is a gauge with labels beyond namespace and name (a member, a Secret, a
-// condition) whose series of one cluster are replaced as a whole on every pass: the series
-// of this pass are set first, then those of the last pass that are gone are deleted, so a
-// scrape never finds the cluster without them in between (an alert's "for" would start over).
-type clusterSeries struct {
-	*prometheus.GaugeVec
-	mu   sync.Mutex
-	last map[string]map[string][]string // by namespace/name: the label values set last, by their join
+// clusterMetrics holds what the operator exports of every cluster and makes the series at
+// each scrape. Client_golang's metric vectors keep every series as an object with its label
+// pairs (about 600 bytes each, twenty-some per cluster: 12 MiB of the operator's heap at a
+// thousand clusters); here a cluster costs its values and the label values of its labelled
+// series. A cluster's series change together under one lock, so a scrape never finds it half
+// updated (an alert's "for" would start over), and a deleted cluster's go at once.
+var clusterMetrics = &metricsCollector{clusters: map[types.NamespacedName]*clusterValues{}}
+
+type metricsCollector struct {
+	mu       sync.Mutex
+	clusters map[types.NamespacedName]*clusterValues
 }
 
-func series(opts prometheus.GaugeOpts, labels ...string) *clusterSeries {
-	return &clusterSeries{GaugeVec: prometheus.NewGaugeVec(opts, append(append([]string{}, clusterLabels...), labels...)),
-		last: map[string]map[string][]string{}}
+// clusterValues is one cluster's series.
+type clusterValues struct {
+	// status is set by recordMetrics: the gauges below exist from its first call.
+	status                                                                         bool
+	hasLeader, members, healthy, pending, desired, learners, voters, healthyVoters float64
+	quota, backupLastSuccess, backupLastSucceeded                                  optional
+	leaderChanges, leaderMoves                                                     float64
+	certs, dbSize, dbInUse, conditions                                             []sample
+	steps                                                                          []sample // labels kind, result
 }
 
-// sample is one series of a clusterSeries: the values of its labels after namespace and name.
+// optional is a gauge that may be absent.
+type optional struct {
+	set   bool
+	value float64
+}
+
+// sample is one series of a labelled metric: the values of its labels after namespace and
+// name.
 type sample struct {
 	labels []string
 	value  float64
 }
 
-// set makes samples the cluster's series.
-func (s *clusterSeries) set(c *v1alpha1.EtcdCluster, samples []sample) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := c.Namespace + "/" + c.Name
-	now := map[string][]string{}
-	for _, sm := range samples {
-		lv := append([]string{c.Namespace, c.Name}, sm.labels...)
-		s.WithLabelValues(lv...).Set(sm.value)
-		now[strings.Join(lv, "\xff")] = lv
+// update runs f on the cluster's values (made on first use) under the lock.
+func (m *metricsCollector) update(c *v1alpha1.EtcdCluster, f func(v *clusterValues)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+	v := m.clusters[key]
+	if v == nil {
+		v = &clusterValues{}
+		m.clusters[key] = v
 	}
-	for k, lv := range s.last[key] {
-		if _, ok := now[k]; !ok {
-			s.DeleteLabelValues(lv...)
-		}
-	}
-	if len(now) == 0 {
-		delete(s.last, key)
-	} else {
-		s.last[key] = now
+	f(v)
+}
+
+func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allMetrics() {
+		ch <- d.Desc
 	}
 }
 
-// forget drops every series of the cluster.
-func (s *clusterSeries) forget(c *v1alpha1.EtcdCluster) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.DeletePartialMatch(prometheus.Labels{"namespace": c.Namespace, "name": c.Name})
-	delete(s.last, c.Namespace+"/"+c.Name)
+// allMetrics lists every metric of this file.
+func allMetrics() []metricDesc {
+	return []metricDesc{metricLeaderChanges, metricLeaderMoves, metricHasLeader, metricMembers, metricHealthyMembers,
+		metricUpgradePending, metricDesiredMembers, metricLearners, metricVoters, metricHealthyVoters, metricQuorum, metricDBQuota,
+		metricBackupLastSuccess, metricBackupLastSucceeded, metricCertificateExpiry, metricDBSize, metricDBSizeInUse,
+		metricCondition, metricSteps}
+}
+
+func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, v := range m.clusters {
+		one := func(d metricDesc, value float64) {
+			ch <- prometheus.MustNewConstMetric(d.Desc, d.typ, value, key.Namespace, key.Name)
+		}
+		each := func(d metricDesc, samples []sample) {
+			for _, s := range samples {
+				ch <- prometheus.MustNewConstMetric(d.Desc, d.typ, s.value, append([]string{key.Namespace, key.Name}, s.labels...)...)
+			}
+		}
+		maybe := func(d metricDesc, o optional) {
+			if o.set {
+				one(d, o.value)
+			}
+		}
+		if v.status {
+			one(metricHasLeader, v.hasLeader)
+			one(metricMembers, v.members)
+			one(metricDesiredMembers, v.desired)
+			one(metricHealthyMembers, v.healthy)
+			one(metricLearners, v.learners)
+			one(metricVoters, v.voters)
+			one(metricHealthyVoters, v.healthyVoters)
+			one(metricQuorum, quorum(v.voters))
+			one(metricUpgradePending, v.pending)
+			// The counters exist from the first pass, so a rate over them has a start.
+			one(metricLeaderChanges, v.leaderChanges)
+			one(metricLeaderMoves, v.leaderMoves)
+		} else {
+			if v.leaderChanges > 0 {
+				one(metricLeaderChanges, v.leaderChanges)
+			}
+			if v.leaderMoves > 0 {
+				one(metricLeaderMoves, v.leaderMoves)
+			}
+		}
+		maybe(metricDBQuota, v.quota)
+		maybe(metricBackupLastSuccess, v.backupLastSuccess)
+		maybe(metricBackupLastSucceeded, v.backupLastSucceeded)
+		each(metricCertificateExpiry, v.certs)
+		each(metricDBSize, v.dbSize)
+		each(metricDBSizeInUse, v.dbInUse)
+		each(metricCondition, v.conditions)
+		each(metricSteps, v.steps)
+	}
 }
 
 // recordMetrics sets the gauges from a status (and the quota from the spec).
 func recordMetrics(c *v1alpha1.EtcdCluster) {
-	l := prometheus.Labels{"namespace": c.Namespace, "name": c.Name}
-	hasLeader, healthy, learners, voters, healthyVoters := 0.0, 0.0, 0.0, 0.0, 0.0
+	var x clusterValues
 	var sizes []sample
 	inTable := map[string]bool{}
 	for _, m := range c.Status.Members {
 		inTable[m.Name] = true
 		if m.Leader {
-			hasLeader = 1
+			x.hasLeader = 1
 		}
 		if m.Healthy {
-			healthy++
+			x.healthy++
 		}
 		if m.Learner {
-			learners++
+			x.learners++
 		} else {
-			voters++
+			x.voters++
 			if m.Healthy {
-				healthyVoters++
+				x.healthyVoters++
 			}
 		}
 		if m.DBSizeBytes > 0 {
 			sizes = append(sizes, sample{labels: []string{m.Name}, value: float64(m.DBSizeBytes)})
 		}
 	}
-	metricHasLeader.With(l).Set(hasLeader)
-	metricMembers.With(l).Set(float64(len(c.Status.Members)))
-	metricDesiredMembers.With(l).Set(float64(specReplicas(c)))
-	metricHealthyMembers.With(l).Set(healthy)
-	metricLearners.With(l).Set(learners)
-	metricVoters.With(l).Set(voters)
-	metricHealthyVoters.With(l).Set(healthyVoters)
-	metricQuorum.With(l).Set(quorum(voters))
-	metricDBSize.set(c, sizes)
-	// A member that left the member list loses its in-use series too (it is set from the
-	// pass's observation, see recordObservedMetrics).
-	metricDBSizeInUse.retain(c, func(lv []string) bool { return inTable[lv[0]] })
 	if q := quotaBytes(c); q > 0 {
-		metricDBQuota.With(l).Set(float64(q))
-	} else {
-		metricDBQuota.Delete(l)
+		x.quota = optional{true, float64(q)}
 	}
-	pending := 0.0
 	if u := c.Status.Upgrade; u != nil {
-		pending = float64(u.PendingMembers)
+		x.pending = float64(u.PendingMembers)
 	}
-	metricUpgradePending.With(l).Set(pending)
 	certs := make([]sample, 0, len(c.Status.Certificates))
 	for _, cs := range c.Status.Certificates {
 		certs = append(certs, sample{labels: []string{cs.Secret}, value: float64(cs.NotAfter.Unix())})
 	}
-	metricCertificateExpiry.set(c, certs)
 	if b := c.Status.Backup; b != nil && b.LastSuccessfulTime != nil {
-		metricBackupLastSuccess.With(l).Set(float64(b.LastSuccessfulTime.Unix()))
-	} else {
-		metricBackupLastSuccess.Delete(l)
+		x.backupLastSuccess = optional{true, float64(b.LastSuccessfulTime.Unix())}
 	}
 	conds := make([]sample, 0, len(c.Status.Conditions))
 	for _, cond := range c.Status.Conditions {
 		conds = append(conds, sample{labels: []string{cond.Type, string(cond.Status), cond.Reason}, value: 1})
 	}
-	metricCondition.set(c, conds)
-	// The counter exists from the first pass, so a rate over it has a start.
-	metricLeaderChanges.With(l)
-	metricLeaderMoves.With(l)
+	clusterMetrics.update(c, func(v *clusterValues) {
+		v.status = true
+		v.hasLeader, v.members, v.desired, v.healthy = x.hasLeader, float64(len(c.Status.Members)), float64(specReplicas(c)), x.healthy
+		v.learners, v.voters, v.healthyVoters, v.pending = x.learners, x.voters, x.healthyVoters, x.pending
+		v.quota, v.backupLastSuccess = x.quota, x.backupLastSuccess
+		v.dbSize, v.certs, v.conditions = nilIfEmpty(sizes), nilIfEmpty(certs), nilIfEmpty(conds)
+		// A member that left the member list loses its in-use series too (it is set from the
+		// pass's observation, see recordObservedMetrics).
+		kept := v.dbInUse[:0]
+		for _, s := range v.dbInUse {
+			if inTable[s.labels[0]] {
+				kept = append(kept, s)
+			}
+		}
+		v.dbInUse = nilIfEmpty(kept)
+	})
+}
+
+// nilIfEmpty keeps no backing array for an empty list.
+func nilIfEmpty(s []sample) []sample {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // quorum is the number of voting members a quorum of voters needs.
@@ -233,30 +286,10 @@ func quotaBytes(c *v1alpha1.EtcdCluster) int64 {
 	return maintenance.DefaultQuotaBytes
 }
 
-// retain deletes the cluster's series whose labels (after namespace and name) keep refuses.
-func (s *clusterSeries) retain(c *v1alpha1.EtcdCluster, keep func(labels []string) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := c.Namespace + "/" + c.Name
-	for k, lv := range s.last[key] {
-		if !keep(lv[2:]) {
-			s.DeleteLabelValues(lv...)
-			delete(s.last[key], k)
-		}
-	}
-}
-
 // recordObservedMetrics sets what the pass observed but status does not hold: the part of each
 // member's database in use (when etcd answered), and the result of the newest finished backup
 // (when the backups were listed, backupErr nil).
 func recordObservedMetrics(c *v1alpha1.EtcdCluster, o observation, backupErr error) {
-	if o.etcd != nil {
-		metricDBSizeInUse.set(c, inUse(*o.etcd))
-	}
-	if backupErr != nil {
-		return
-	}
-	l := prometheus.Labels{"namespace": c.Namespace, "name": c.Name}
 	var newest *v1alpha1.EtcdBackup
 	for i := range o.backups {
 		b := &o.backups[i]
@@ -267,14 +300,26 @@ func recordObservedMetrics(c *v1alpha1.EtcdCluster, o observation, backupErr err
 			newest = b
 		}
 	}
+	var last optional
 	switch {
 	case newest == nil:
-		metricBackupLastSucceeded.Delete(l)
 	case newest.Status.Phase == v1alpha1.BackupSucceeded:
-		metricBackupLastSucceeded.With(l).Set(1)
+		last = optional{true, 1}
 	default:
-		metricBackupLastSucceeded.With(l).Set(0)
+		last = optional{true, 0}
 	}
+	var sizes []sample
+	if o.etcd != nil {
+		sizes = inUse(*o.etcd)
+	}
+	clusterMetrics.update(c, func(v *clusterValues) {
+		if o.etcd != nil {
+			v.dbInUse = sizes
+		}
+		if backupErr == nil {
+			v.backupLastSucceeded = last
+		}
+	})
 }
 
 // inUse is the in-use size each answering member reported, by member name (as in the status's
@@ -297,20 +342,30 @@ func countStep(c *v1alpha1.EtcdCluster, kind plan.Kind, err error) {
 	if err != nil {
 		result = "failed"
 	}
-	metricSteps.WithLabelValues(c.Namespace, c.Name, string(kind), result).Inc()
+	clusterMetrics.update(c, func(v *clusterValues) {
+		for i := range v.steps {
+			if v.steps[i].labels[0] == string(kind) && v.steps[i].labels[1] == result {
+				v.steps[i].value++
+				return
+			}
+		}
+		v.steps = append(v.steps, sample{labels: []string{string(kind), result}, value: 1})
+	})
+}
+
+// countLeaderChanges adds n leader changes the operator observed.
+func countLeaderChanges(c *v1alpha1.EtcdCluster, n int64) {
+	clusterMetrics.update(c, func(v *clusterValues) { v.leaderChanges += float64(n) })
+}
+
+// countLeaderMove counts a hand-over the operator made.
+func countLeaderMove(c *v1alpha1.EtcdCluster) {
+	clusterMetrics.update(c, func(v *clusterValues) { v.leaderMoves++ })
 }
 
 // forgetMetrics drops a deleted cluster's series.
 func forgetMetrics(c *v1alpha1.EtcdCluster) {
-	l := prometheus.Labels{"namespace": c.Namespace, "name": c.Name}
-	for _, v := range []*prometheus.MetricVec{metricLeaderChanges.MetricVec, metricLeaderMoves.MetricVec, metricHasLeader.MetricVec,
-		metricMembers.MetricVec, metricHealthyMembers.MetricVec, metricUpgradePending.MetricVec, metricDesiredMembers.MetricVec, metricLearners.MetricVec,
-		metricVoters.MetricVec, metricHealthyVoters.MetricVec, metricQuorum.MetricVec, metricDBQuota.MetricVec,
-		metricBackupLastSuccess.MetricVec, metricBackupLastSucceeded.MetricVec} {
-		v.Delete(l)
-	}
-	for _, s := range []*clusterSeries{metricCertificateExpiry, metricDBSize, metricDBSizeInUse, metricCondition} {
-		s.forget(c)
-	}
-	metricSteps.DeletePartialMatch(l)
+	clusterMetrics.mu.Lock()
+	defer clusterMetrics.mu.Unlock()
+	delete(clusterMetrics.clusters, types.NamespacedName{Namespace: c.Namespace, Name: c.Name})
 }

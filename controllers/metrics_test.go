@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -22,18 +21,18 @@ func TestCertificateExpiryMetric(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "m", Name: "e"}}
 	c.Status.Certificates = []v1alpha1.CertificateStatus{{Secret: "e-peer-tls", NotAfter: metav1.NewTime(at)}, {Secret: "e-ca", NotAfter: metav1.NewTime(at.Add(time.Hour))}}
 	recordMetrics(c)
-	if got := testutil.ToFloat64(metricCertificateExpiry.WithLabelValues("m", "e", "e-peer-tls")); got != float64(at.Unix()) {
-		t.Fatalf("expiry of e-peer-tls: %v", got)
+	if got := seriesOf(t, "etcdpilot_certificate_expiry_timestamp_seconds", "m", "e"); got["secret=e-peer-tls"] != float64(at.Unix()) || len(got) != 2 {
+		t.Fatalf("expiry: %v", got)
 	}
 	// A certificate no longer in status (TLS turned off, a Secret renamed) loses its series.
 	c.Status.Certificates = c.Status.Certificates[1:]
 	recordMetrics(c)
-	if metricCertificateExpiry.DeleteLabelValues("m", "e", "e-peer-tls") {
-		t.Fatal("the series of a certificate that left status is still there")
+	if got := seriesOf(t, "etcdpilot_certificate_expiry_timestamp_seconds", "m", "e"); len(got) != 1 || got["secret=e-ca"] == 0 {
+		t.Fatalf("the series of a certificate that left status is still there: %v", got)
 	}
 	forgetMetrics(c)
-	if metricCertificateExpiry.DeleteLabelValues("m", "e", "e-ca") {
-		t.Fatal("a deleted cluster's certificate series is still there")
+	if got := seriesOf(t, "etcdpilot_certificate_expiry_timestamp_seconds", "m", "e"); len(got) != 0 {
+		t.Fatalf("a deleted cluster's certificate series is still there: %v", got)
 	}
 }
 
