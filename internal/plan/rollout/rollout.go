@@ -59,6 +59,13 @@ type Observation struct {
 	LegacyLogIndex, SnapshotCount uint64
 }
 
+// VersionPoll is how often the cluster version is read while every member runs the new
+// template and etcd has not raised it yet. etcd's leader raises it on its own timer (every 4 s,
+// and at the first commit of a new leader's term) and nothing shows up as a Kubernetes event,
+// so the wait would otherwise end up to a whole requeue interval after etcd's did; this wait
+// lasts at most one timer period per step.
+const VersionPoll = 250 * time.Millisecond
+
 // MaxAdvancePerStep bounds the entries one AdvanceLog step appends, so one pass stays short.
 const MaxAdvancePerStep = 4000
 
@@ -278,7 +285,9 @@ func (o Observation) afterStep() plan.Step {
 		if o.LegacyLogIndex != 0 {
 			return o.advanceLog()
 		}
-		return plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s and the cluster version is %s; the next step towards %s starts", o.StepVersion, cv, o.TargetVersion))
+		a := plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s and the cluster version is %s; the next step towards %s starts", o.StepVersion, cv, o.TargetVersion))
+		a.RequeueAfter = VersionPoll // the next pass renders the next minor
+		return a
 	}
 	if cv == "" {
 		cv = "unknown"
@@ -287,8 +296,10 @@ func (o Observation) afterStep() plan.Step {
 	if stepping {
 		next = " before the next minor towards " + o.TargetVersion
 	}
-	return plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s%s",
+	a := plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s%s",
 		o.StepVersion, cv, step.MinorString(), next))
+	a.RequeueAfter = VersionPoll
+	return a
 }
 
 // advanceLog: before members move to 3.7, each must have snapshotted past the entries

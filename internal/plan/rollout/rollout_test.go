@@ -161,6 +161,28 @@ func TestDecideRollout(t *testing.T) {
 	}
 }
 
+// TestVersionStepIsPolled: once every member runs the new template, etcd raises the cluster
+// version on its own timer and no Kubernetes event says so; the wait asks to be looked at
+// again within VersionPoll, and so does the wait before the next minor's step.
+func TestVersionStepIsPolled(t *testing.T) {
+	o := ro(rolloutCluster(1), "new", "new", "new")
+	if a := Decide(o); a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonVersionStep || a.RequeueAfter != VersionPoll {
+		t.Fatalf("waiting for etcd to raise the cluster version: got %s %s requeue %s, want a VersionStep wait polled every %s", a.Kind, a.Reason, a.RequeueAfter, VersionPoll)
+	}
+	o.TargetVersion = "3.7.3"
+	for id, st := range o.Etcd.Status {
+		st.ClusterVersion = "3.6.0"
+		o.Etcd.Status[id] = st
+	}
+	if a := Decide(o); a.Kind != plan.Wait || a.RequeueAfter != VersionPoll {
+		t.Fatalf("between two steps: got %s %s requeue %s, want a wait polled every %s", a.Kind, a.Reason, a.RequeueAfter, VersionPoll)
+	}
+	// A rollout still restarting members is not polled faster than the controller's default.
+	if a := Decide(ro(rolloutCluster(1), "old", "new", "new")); a.RequeueAfter == VersionPoll {
+		t.Fatalf("a restart under way is polled every %s: %s %s", VersionPoll, a.Kind, a.Message)
+	}
+}
+
 func TestRolloutProgress(t *testing.T) {
 	o := ro(rolloutCluster(1), "old", "new", "new")
 	a := Decide(o)
