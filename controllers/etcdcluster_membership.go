@@ -498,6 +498,15 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 		err = ignoreGone(r.Client.Delete(ctx, pod, opts...))
 	case plan.EnsureRootUser, plan.EnableAuth, plan.DisableAuth:
 		err = r.authExec(ctx, c, t, mo.Etcd, a)
+	case plan.AddLearner:
+		// The intent with the time of the add is stored first, so it is never later than the
+		// add (a failed store leaves etcd untouched, and the next pass tries again).
+		if a.Intent != nil {
+			err = r.setIntent(ctx, c, a.Intent)
+		}
+		if err == nil {
+			err = r.etcdStep(ctx, t, mo, a)
+		}
 	default:
 		err = r.etcdStep(ctx, t, mo, a)
 	}

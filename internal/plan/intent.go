@@ -45,6 +45,11 @@ type Intent struct {
 	Reason string `json:"reason"`
 	// StartedAt is when the change began, for messages.
 	StartedAt time.Time `json:"startedAt"`
+	// AddingAt is when the learner was last asked to be added: the time of the pass that
+	// proposed AddLearner, stored before etcd is called, so it is never later than the add.
+	// A learner's pod whose etcd exited before it (it was not a member yet) crash loops for
+	// no reason left, and is re-created at once instead of after the kubelet's back-off.
+	AddingAt time.Time `json:"addingAt,omitzero"`
 }
 
 // intentJSON is Intent as stored: the ID in hexadecimal.
@@ -56,11 +61,12 @@ type intentJSON struct {
 	ClaimUID  string    `json:"claimUID,omitempty"`
 	Reason    string    `json:"reason"`
 	StartedAt time.Time `json:"startedAt"`
+	AddingAt  time.Time `json:"addingAt,omitzero"`
 }
 
 // MarshalJSON writes the intent with its member ID in hexadecimal.
 func (in Intent) MarshalJSON() ([]byte, error) {
-	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt}
+	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt, AddingAt: in.AddingAt}
 	if in.ID != 0 {
 		j.ID = etcd.FormatID(in.ID)
 	}
@@ -73,7 +79,7 @@ func (in *Intent) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return fmt.Errorf("failed to parse membership intent: %w", err)
 	}
-	*in = Intent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt}
+	*in = Intent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt, AddingAt: j.AddingAt}
 	if j.ID != "" {
 		id, err := etcd.ParseID(j.ID)
 		if err != nil {

@@ -35,6 +35,11 @@ type Pod struct {
 	NodeNotReadySince time.Time
 	// CrashLooping is true when the etcd container waits in CrashLoopBackOff.
 	CrashLooping bool
+	// CreatedAt is the pod's creation time.
+	CreatedAt time.Time
+	// LastExitAt is when the etcd container last finished (its current or last termination
+	// state); zero when it never ended.
+	LastExitAt time.Time
 	// FailingSince is when the pod last stopped being Ready (the Ready condition's last
 	// transition time), or its creation time when it never was.
 	FailingSince time.Time

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +18,7 @@ const EtcdContainer = "etcd"
 func PodState(p *Pod, pod *corev1.Pod) {
 	p.Exists, p.Deleting, p.UID = true, pod.DeletionTimestamp != nil, string(pod.UID)
 	p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-	p.FailingSince = pod.CreationTimestamp.Time
+	p.FailingSince, p.CreatedAt, p.LastExitAt = pod.CreationTimestamp.Time, pod.CreationTimestamp.Time, time.Time{}
 	p.Running, p.Started, p.CrashLooping, p.RestartCount, p.Problem = false, false, false, 0, ""
 	for _, cond := range pod.Status.Conditions {
 		switch {
@@ -46,6 +47,11 @@ func PodState(p *Pod, pod *corev1.Pod) {
 		p.Started = p.Running && cs.Started != nil && *cs.Started
 		p.RestartCount = cs.RestartCount
 		p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+		if t := cs.State.Terminated; t != nil {
+			p.LastExitAt = t.FinishedAt.Time
+		} else if t := cs.LastTerminationState.Terminated; t != nil {
+			p.LastExitAt = t.FinishedAt.Time
+		}
 		if prob := ContainerProblem(cs); prob != "" || p.Running {
 			p.Problem = prob
 		}

@@ -2,8 +2,10 @@ package plan
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestPodStateReadsTheEtcdContainerByName (path 7 of issue 9): a sidecar listed after the etcd
@@ -40,5 +42,34 @@ func TestPodStateReadsTheEtcdContainerByName(t *testing.T) {
 					p.Running, p.CrashLooping, p.RestartCount, p.Ready, tt.running, tt.looping, tt.restarts, tt.ready)
 			}
 		})
+	}
+}
+
+// TestPodStateReadsCreationAndLastExit: the creation time and when the etcd container last
+// ended (its current termination, else its last one), whatever a sidecar did.
+func TestPodStateReadsCreationAndLastExit(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ended := func(d time.Duration) *corev1.ContainerStateTerminated {
+		return &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(t0.Add(d))}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: ended(3 * time.Second)}, RestartCount: 1},
+		{Name: "zz-proxy", LastTerminationState: corev1.ContainerState{Terminated: ended(9 * time.Second)}},
+	}}}
+	p := &Pod{}
+	PodState(p, pod)
+	if !p.CreatedAt.Equal(t0) || !p.LastExitAt.Equal(t0.Add(3*time.Second)) || !p.CrashLooping {
+		t.Fatalf("created %v last exit %v crash looping %v", p.CreatedAt, p.LastExitAt, p.CrashLooping)
+	}
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: ended(5 * time.Second)}
+	PodState(p, pod)
+	if !p.LastExitAt.Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("terminated now: last exit %v", p.LastExitAt)
+	}
+	pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	PodState(p, pod)
+	if !p.LastExitAt.IsZero() {
+		t.Errorf("never ended: last exit %v kept from before", p.LastExitAt)
 	}
 }

@@ -566,7 +566,11 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 			return membershipAction{Kind: actClearIntent, Member: name, Reason: reason,
 				Message: fmt.Sprintf("learner %s exists that this change did not add; dropping the change so that learner is finished first", v.nameOf(l))}
 		}
-		return membershipAction{Kind: actAddLearner, Member: name, PeerURL: peerURL, Reason: reason,
+		// The intent is stored with the time of this pass before etcd is called: a later pass
+		// tells a pod that exited before its learner existed (restartedTooEarly) by it.
+		adding := in
+		adding.AddingAt = v.o.Now
+		return membershipAction{Kind: actAddLearner, Member: name, PeerURL: peerURL, Reason: reason, Intent: &adding,
 			Message: fmt.Sprintf("adding %s as a learner (%s)", name, peerURL)}
 	}
 	if !m.IsLearner {
@@ -618,6 +622,12 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 	if why, lost, _ := v.lostLearnerPod(p); lost {
 		return v.freshVolume(p, reason, fmt.Sprintf("learner %s never caught up: %s", name, why))
 	}
+	if m.Name == "" && restartedTooEarly(p, in) {
+		return membershipAction{Kind: actDeletePod, Member: name, Reason: reason,
+			Message: fmt.Sprintf("deleting pod %s so the StatefulSet re-creates it now: its etcd exited at %s, before learner %s was added "+
+				"(it was not a member yet), and the kubelet holds it in a crash-loop back-off; the learner does not vote",
+				name, p.LastExitAt.UTC().Format(time.RFC3339), name)}
+	}
 	if m.Name == "" {
 		msg := fmt.Sprintf("waiting for learner %s to start (pod restarts: %d)", name, p.RestartCount)
 		if p.Problem != "" {
@@ -644,6 +654,18 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 	// quorum of n+1.
 	return membershipAction{Kind: actPromoteLearner, Member: name, ID: m.ID, Reason: reason,
 		Message: fmt.Sprintf("promoting learner %s (%s): it has caught up with the leader", name, etcd.FormatID(m.ID))}
+}
+
+// restartedTooEarly reports whether the pod of a learner not started yet waits in a crash-loop
+// back-off only because its etcd ran before the learner was added: the pod was created and
+// its etcd container last exited before the add was asked for (in.AddingAt, stored before the
+// call, so never later than the add). A pod created since is never deleted by this rule, so
+// it deletes each pod at most once; a pod whose etcd exited after the add is failing as a
+// learner and is left to lostLearnerPod.
+func restartedTooEarly(p podInfo, in membershipIntent) bool {
+	return !in.AddingAt.IsZero() && p.Exists && !p.Deleting && p.CrashLooping && !p.Running &&
+		!p.LastExitAt.IsZero() && p.LastExitAt.Before(in.AddingAt) &&
+		!p.CreatedAt.IsZero() && p.CreatedAt.Before(in.AddingAt)
 }
 
 // lostLearnerPod reports whether a learner's pod is failing past the timeout.

@@ -570,7 +570,7 @@ func TestDecideMembership(t *testing.T) {
 
 func TestMembershipIntentJSON(t *testing.T) {
 	in := membershipIntent{Op: intentReplace, Member: "etc-1", ID: 0x8e9e05c52164694d, PeerURL: mdPeerURL("etc-1"),
-		ClaimUID: "uid-1", Reason: reasonReplaceMember, StartedAt: mdT0}
+		ClaimUID: "uid-1", Reason: reasonReplaceMember, StartedAt: mdT0, AddingAt: mdT0.Add(3 * time.Second)}
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -586,8 +586,8 @@ func TestMembershipIntentJSON(t *testing.T) {
 		t.Errorf("round trip: %+v, want %+v", out, in)
 	}
 	add, _ := json.Marshal(membershipIntent{Op: intentAdd, Member: "etc-2"})
-	if strings.Contains(string(add), `"id"`) {
-		t.Errorf("add intent carries an ID: %s", add)
+	if strings.Contains(string(add), `"id"`) || strings.Contains(string(add), `"addingAt"`) {
+		t.Errorf("add intent carries an ID or an add time: %s", add)
 	}
 	if err := json.Unmarshal([]byte(`{"op":"remove","member":"etc-1","id":"xyz"}`), &out); err == nil {
 		t.Error("a malformed ID parsed")
@@ -1061,6 +1061,10 @@ func (w *simWorld) apply(a membershipAction) {
 		}
 		w.members = append(w.members, &simMember{id: w.nextID, peerURL: a.PeerURL, learner: true})
 		w.nextID++
+		if a.Intent != nil { // stored before etcd is called, as the controller does
+			in := *a.Intent
+			w.intent = &in
+		}
 	case actPromoteLearner:
 		m := w.member(a.ID)
 		if m == nil || !m.learner || m.name == "" || w.index-m.index > 100 {

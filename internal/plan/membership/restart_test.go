@@ -1,0 +1,136 @@
+package membership
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+)
+
+// The replacement fast path: the StatefulSet re-creates a replaced member's pod right after
+// the old member is removed; its etcd runs before the learner is added, exits (not a member),
+// and the kubelet holds the pod in a crash-loop back-off. Such a pod is deleted once.
+
+// replacing is ordinal 1 of three removed and re-added as a learner (ID 0x901, not started),
+// the add asked for at addingAt (zero: an intent stored before AddingAt existed), and its pod
+// created at created, crash looping since its etcd exited at exited.
+func replacing(addingAt, created, exited time.Time) *mdFix {
+	f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
+		ClaimUID: "uid-1", Reason: reasonReplaceMember})
+	f.intent.AddingAt = addingAt
+	f.members = append(f.members, etcd.Member{ID: 0x901, PeerURLs: []string{mdPeerURL("etc-1")}, IsLearner: true})
+	return f.pod(1, func(p *podInfo) {
+		*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new",
+			CrashLooping: true, RestartCount: 1, CreatedAt: created, FailingSince: created, LastExitAt: exited,
+			Problem: "CrashLoopBackOff: back-off 10s restarting failed container"}
+	})
+}
+
+func sec(s float64) time.Time { return mdT0.Add(time.Duration(s * float64(time.Second))) }
+
+func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
+	// A timeline like the benchmark's: old member removed at -4 s, pod re-created at -3.8 s,
+	// its etcd exits at -3 s, the learner is asked for at -1 s; now is 0.
+	tests := []struct {
+		name   string
+		fix    *mdFix
+		delete bool
+		reason string
+	}{
+		{name: "etcd exited before the add", fix: replacing(sec(-1), sec(-3.8), sec(-3)), delete: true},
+		{name: "etcd exited after the add: failing as a learner, left to replaceAfter",
+			fix: replacing(sec(-1), sec(-3.8), sec(-0.5)), reason: reasonLearnerStarting},
+		{name: "etcd exited at the very time of the add", fix: replacing(sec(-1), sec(-3.8), sec(-1)), reason: reasonLearnerStarting},
+		{name: "pod created after the add (already re-created once)",
+			fix: replacing(sec(-1), sec(-0.9), sec(-2)), reason: reasonLearnerStarting},
+		{name: "no add time recorded", fix: replacing(time.Time{}, sec(-3.8), sec(-3)), reason: reasonLearnerStarting},
+		{name: "never exited", fix: replacing(sec(-1), sec(-3.8), time.Time{}), reason: reasonLearnerStarting},
+		{name: "exited before the add but not in back-off (restarting now)",
+			fix: replacing(sec(-1), sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping = false }), reason: reasonLearnerStarting},
+		{name: "exited before the add, running again",
+			fix: replacing(sec(-1), sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping, p.Running = false, true }), reason: reasonLearnerStarting},
+		{name: "pod terminating already", fix: replacing(sec(-1), sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.Deleting = true }),
+			reason: reasonPodTerminating},
+		{name: "learner started (has a name): not this rule",
+			fix: func() *mdFix {
+				f := replacing(sec(-1), sec(-3.8), sec(-3))
+				f.members[len(f.members)-1].Name = "etc-1"
+				f.status[0x901] = etcd.MemberStatus{ID: 0x901, RaftIndex: 500, IsLearner: true}
+				return f
+			}(), reason: reasonLearnerCatchingUp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.fix.obs()
+			a := plan.Gate(Decide(o), o.Evidence())
+			if !tt.delete {
+				if a.Kind != actWait || a.Reason != tt.reason {
+					t.Fatalf("got %s %s (%s), want a wait %s", a.Kind, a.Reason, a.Message, tt.reason)
+				}
+				return
+			}
+			if a.Kind != actDeletePod || a.Member != "etc-1" || a.Force || a.Reason != reasonReplaceMember {
+				t.Fatalf("got %s member=%q force=%v reason=%s (%s), want DeletePod etc-1", a.Kind, a.Member, a.Force, a.Reason, a.Message)
+			}
+			for _, s := range []string{"etc-1", "before learner etc-1 was added", "crash-loop back-off", "does not vote"} {
+				if !strings.Contains(a.Message, s) {
+					t.Errorf("message %q does not say %q", a.Message, s)
+				}
+			}
+			// Once: the pod the StatefulSet makes next is created after the add; it is left
+			// alone whatever its etcd does, and the learner is still waited for.
+			next := replacing(sec(-1), sec(0.5), sec(-3)).pod(1, func(p *podInfo) { p.LastExitAt = sec(1) })
+			next.pods[1].LastExitAt = sec(-3) // even an exit time that looks early
+			o2 := next.obs()
+			o2.Now = sec(12)
+			if b := plan.Gate(Decide(o2), o2.Evidence()); b.Kind != actWait || b.Reason != reasonLearnerStarting {
+				t.Fatalf("re-created pod: got %s %s (%s), want a wait", b.Kind, b.Reason, b.Message)
+			}
+		})
+	}
+}
+
+func TestAddLearnerStoresTheAddTimeFirst(t *testing.T) {
+	f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
+		ClaimUID: "uid-1", Reason: reasonReplaceMember})
+	f.intent.AddingAt = sec(-30) // an earlier, refused attempt
+	o := f.obs()
+	a := plan.Gate(Decide(o), o.Evidence())
+	if a.Kind != actAddLearner || a.Intent == nil {
+		t.Fatalf("got %s intent=%+v (%s), want AddLearner with an intent", a.Kind, a.Intent, a.Message)
+	}
+	want := *f.intent
+	want.AddingAt = mdT0
+	if *a.Intent != want {
+		t.Errorf("intent to store %+v, want %+v", *a.Intent, want)
+	}
+	if !f.intent.AddingAt.Equal(sec(-30)) {
+		t.Error("the observed intent was changed")
+	}
+}
+
+func TestCrashLoopingVoterPodIsNeverDeletedAsEarlyExit(t *testing.T) {
+	// A learner for etc-1 is being added; voter etc-2's pod crash loops with an exit before
+	// the add: the rule is only about the learner's own pod.
+	f := replacing(sec(-1), sec(-3.8), sec(-0.5)).pod(2, func(p *podInfo) {
+		p.CrashLooping, p.Running, p.Ready, p.CreatedAt, p.LastExitAt, p.FailingSince = true, false, false, sec(-60), sec(-3), sec(-3)
+	}).down(2)
+	for _, now := range []float64{0, 5, 60} {
+		o := f.obs()
+		o.Now = sec(now)
+		a := plan.Gate(Decide(o), o.Evidence())
+		if a.Kind == actDeletePod {
+			t.Fatalf("at %vs: %s %s (%s)", now, a.Kind, a.Member, a.Message)
+		}
+	}
+	// The same with the learner promoted: a voter now, its pod is not deleted by this rule.
+	g := replacing(sec(-1), sec(-3.8), sec(-3))
+	last := &g.members[len(g.members)-1]
+	last.IsLearner, last.Name = false, "etc-1"
+	o := g.obs()
+	if a := plan.Gate(Decide(o), o.Evidence()); a.Kind == actDeletePod {
+		t.Fatalf("promoted member: %s %s (%s)", a.Kind, a.Member, a.Message)
+	}
+}
