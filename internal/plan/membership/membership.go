@@ -566,12 +566,19 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 			return membershipAction{Kind: actClearIntent, Member: name, Reason: reason,
 				Message: fmt.Sprintf("learner %s exists that this change did not add; dropping the change so that learner is finished first", v.nameOf(l))}
 		}
-		// The intent is stored with the time of this pass before etcd is called: a later pass
-		// tells a pod that exited before its learner existed (restartedTooEarly) by it.
-		adding := in
-		adding.AddingAt = v.o.Now
-		return membershipAction{Kind: actAddLearner, Member: name, PeerURL: peerURL, Reason: reason, Intent: &adding,
+		a := membershipAction{Kind: actAddLearner, Member: name, PeerURL: peerURL, Reason: reason,
 			Message: fmt.Sprintf("adding %s as a learner (%s)", name, peerURL)}
+		// When the pod's etcd has exited since the stored add time (it ran before it was a
+		// member), the intent is stored again with the time of this pass before etcd is
+		// called, so a later pass can tell that exit came before the learner existed
+		// (restartedTooEarly). Only then: each store wakes the controller again, and etcd
+		// may refuse the add for some seconds.
+		if p := v.pods[k]; p.Exists && !p.LastExitAt.IsZero() && !in.AddingAt.After(p.LastExitAt) {
+			adding := in
+			adding.AddingAt = v.o.Now
+			a.Intent = &adding
+		}
+		return a
 	}
 	if !m.IsLearner {
 		return membershipAction{Kind: actClearIntent, Member: name, ID: m.ID, Reason: reason,

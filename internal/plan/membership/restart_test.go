@@ -93,21 +93,51 @@ func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
 }
 
 func TestAddLearnerStoresTheAddTimeFirst(t *testing.T) {
-	f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
-		ClaimUID: "uid-1", Reason: reasonReplaceMember})
-	f.intent.AddingAt = sec(-30) // an earlier, refused attempt
-	o := f.obs()
-	a := plan.Gate(Decide(o), o.Evidence())
-	if a.Kind != actAddLearner || a.Intent == nil {
-		t.Fatalf("got %s intent=%+v (%s), want AddLearner with an intent", a.Kind, a.Intent, a.Message)
+	// Ordinal 1 was removed; its pod, re-created at -3.8 s, may have run etcd already.
+	fix := func(addingAt, exited time.Time) *mdFix {
+		f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
+			ClaimUID: "uid-1", Reason: reasonReplaceMember})
+		f.intent.AddingAt = addingAt
+		return f.pod(1, func(p *podInfo) {
+			*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new",
+				CreatedAt: sec(-3.8), FailingSince: sec(-3.8), LastExitAt: exited, CrashLooping: !exited.IsZero()}
+		})
 	}
-	want := *f.intent
-	want.AddingAt = mdT0
-	if *a.Intent != want {
-		t.Errorf("intent to store %+v, want %+v", *a.Intent, want)
+	tests := []struct {
+		name  string
+		fix   *mdFix
+		store bool
+	}{
+		{name: "etcd has not exited: nothing to store", fix: fix(time.Time{}, time.Time{})},
+		{name: "no pod: nothing to store", fix: fix(time.Time{}, time.Time{}).noPod(1)},
+		{name: "etcd exited, no add time stored", fix: fix(time.Time{}, sec(-3)), store: true},
+		{name: "etcd exited after the stored add time (a refused attempt)", fix: fix(sec(-4), sec(-3)), store: true},
+		{name: "etcd exited at the stored add time", fix: fix(sec(-3), sec(-3)), store: true},
+		{name: "the stored add time is after the exit: kept, not stored again", fix: fix(sec(-2), sec(-3))},
 	}
-	if !f.intent.AddingAt.Equal(sec(-30)) {
-		t.Error("the observed intent was changed")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := *tt.fix.intent
+			o := tt.fix.obs()
+			a := plan.Gate(Decide(o), o.Evidence())
+			if a.Kind != actAddLearner {
+				t.Fatalf("got %s (%s), want AddLearner", a.Kind, a.Message)
+			}
+			if !tt.store {
+				if a.Intent != nil {
+					t.Errorf("stores %+v, want nothing stored", *a.Intent)
+				}
+				return
+			}
+			want := before
+			want.AddingAt = mdT0
+			if a.Intent == nil || *a.Intent != want {
+				t.Errorf("stores %+v, want %+v", a.Intent, want)
+			}
+			if *tt.fix.intent != before {
+				t.Error("the observed intent was changed")
+			}
+		})
 	}
 }
 
