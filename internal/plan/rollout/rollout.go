@@ -66,6 +66,11 @@ type Observation struct {
 // lasts at most one timer period per step.
 const VersionPoll = 250 * time.Millisecond
 
+// RestartPollFor is how long after a member's restart the rollout polls every VersionPoll for
+// etcd to answer on it, before falling back to the controller's usual interval: a healthy
+// restart takes a few seconds, and a slow one is not worth four passes a second.
+const RestartPollFor = 30 * time.Second
+
 // MaxAdvancePerStep bounds the entries one AdvanceLog step appends, so one pass stays short.
 const MaxAdvancePerStep = 4000
 
@@ -145,8 +150,19 @@ func Decide(o Observation) plan.Step {
 		return a
 	}
 	leaderIndex := o.Etcd.Status[leader].RaftIndex
-	// up: the member answers, reports no alarm and is caught up with the leader.
+	// etcdUp: etcd says the member answers, follows the leader, reports no alarm and is caught
+	// up. up: that, and its pod is ready as well.
+	var etcdUp func(Pod) (bool, string)
 	up := func(p Pod) (bool, string) {
+		if ok, why := etcdUp(p); !ok {
+			return false, why
+		}
+		if !p.Ready || p.Deleting {
+			return false, "its pod is not ready"
+		}
+		return true, ""
+	}
+	etcdUp = func(p Pod) (bool, string) {
 		m, ok := members[p.Name]
 		if !ok {
 			return false, "it is not a member of the cluster"
@@ -164,16 +180,34 @@ func Decide(o Observation) plan.Step {
 			return false, "it does not follow the leader"
 		case leaderIndex > st.RaftIndex+o.MaxLag:
 			return false, fmt.Sprintf("it trails the leader by %d raft entries", leaderIndex-st.RaftIndex)
-		case !p.Ready || p.Deleting:
-			return false, "its pod is not ready"
+		case p.Deleting:
+			return false, "its pod is being deleted"
 		}
 		return true, ""
 	}
 
-	// A member restarted onto the new template comes back before anything else restarts.
+	// A member restarted onto the new template comes back before anything else restarts. One
+	// that etcd already reports healthy and caught up, whose pod only waits for its probes,
+	// holds every restart but not the hand-over below: that moves no member's process and
+	// needs a quorum of healthy voters, which etcd shows; and etcd's leader raises the cluster
+	// version on a timer that starts with the new leader's term, so handing over early ends the
+	// upgrade earlier.
+	var restarting *plan.Step
 	for _, p := range updated {
 		ok, why := up(p)
 		if ok {
+			continue
+		}
+		if eok, _ := etcdUp(p); eok && plan.Since(o.Now, p.FailingSince) < o.MemberTimeout {
+			if restarting != nil {
+				continue
+			}
+			d := plan.Since(o.Now, p.FailingSince)
+			a := plan.Waiting(v1alpha1.ReasonMemberRestarting, fmt.Sprintf("member %s restarted on the new pod template (%s) %s ago and etcd reports it healthy and caught up; its pod is not ready yet; the next member restarts once it is (%d outdated)",
+				p.Name, o.versionText(), d.Round(time.Second), len(outdated)))
+			a.Member = p.Name
+			a.RequeueAfter = o.MemberTimeout - d
+			restarting = &a
 			continue
 		}
 		if p.Problem != "" {
@@ -194,6 +228,11 @@ func Decide(o Observation) plan.Step {
 		a.Member = p.Name
 		if !p.Deleting {
 			a.RequeueAfter = o.MemberTimeout - d
+			if p.Problem == "" && d < RestartPollFor {
+				// etcd starting to answer is no Kubernetes event; the hand-over above may
+				// follow as soon as it does.
+				a.RequeueAfter = VersionPoll
+			}
 		}
 		return a
 	}
@@ -202,6 +241,9 @@ func Decide(o Observation) plan.Step {
 	// An outdated member that is down anyway restarts on the current template: it serves
 	// nothing now, so this costs no quorum.
 	for _, p := range outdated {
+		if restarting != nil {
+			break
+		}
 		m, isMember := members[p.Name]
 		_, answers := o.Etcd.Status[m.ID]
 		if !isMember || answers || p.Ready || p.Deleting || !p.NodeReady || m.ID == leader {
@@ -228,7 +270,11 @@ func Decide(o Observation) plan.Step {
 		}
 	}
 	for _, p := range o.Pods {
-		if ok, why := up(p); !ok {
+		check := up
+		if restarting != nil && p.Name == restarting.Member {
+			check = etcdUp
+		}
+		if ok, why := check(p); !ok {
 			return plan.Waiting(v1alpha1.ReasonRolloutWaiting, fmt.Sprintf("member %s is not ready for the rollout: %s; the next member restarts once every member is healthy and caught up", p.Name, why))
 		}
 	}
@@ -236,6 +282,9 @@ func Decide(o Observation) plan.Step {
 	for _, p := range outdated {
 		if m := members[p.Name]; m.ID == leader {
 			continue
+		}
+		if restarting != nil {
+			return *restarting
 		}
 		return plan.Step{Kind: plan.DeletePod, Member: p.Name, Reason: v1alpha1.ReasonRollingOut,
 			Message: fmt.Sprintf("restarting follower %s on the new pod template (%s); %d members outdated", p.Name, o.versionText(), len(outdated))}
@@ -246,9 +295,15 @@ func Decide(o Observation) plan.Step {
 	var bestIndex uint64
 	for _, q := range updated {
 		m := members[q.Name]
+		if restarting != nil && q.Name == restarting.Member {
+			continue // leadership goes to a member whose pod is ready
+		}
 		if st := o.Etcd.Status[m.ID]; m.ID != leader && (best.ID == 0 || st.RaftIndex > bestIndex) {
 			best, bestIndex = m, st.RaftIndex
 		}
+	}
+	if best.ID == 0 && restarting != nil {
+		return *restarting
 	}
 	if best.ID != 0 {
 		return plan.Step{Kind: plan.MoveLeader, Member: p.Name, ID: leader, Target: best.ID, Reason: v1alpha1.ReasonRollingOut,

@@ -161,6 +161,72 @@ func TestDecideRollout(t *testing.T) {
 	}
 }
 
+// TestHandOverBeforeTheRestartedPodIsReady: e-1 restarted on the new template and etcd reports
+// it healthy and caught up, but its pod waits for its probes. Leadership may move already (to
+// the updated member whose pod is ready); no member restarts until e-1's pod is ready, and
+// past spec.upgrade.memberTimeout the rollout stalls as before.
+func TestHandOverBeforeTheRestartedPodIsReady(t *testing.T) {
+	notReady := func(o Observation, k int, d time.Duration) Observation {
+		o.Pods[k].Ready, o.Pods[k].FailingSince = false, roNow.Add(-d)
+		return o
+	}
+	// The leader e-0 is the only outdated member: hand over to e-2, whose pod is ready.
+	a := Decide(notReady(ro(rolloutCluster(1), "old", "new", "new"), 1, 2*time.Second))
+	if a.Kind != plan.MoveLeader || a.Member != "e-0" || a.Target != 3 {
+		t.Fatalf("got %s %s target %d (%s), want MoveLeader from e-0 to e-2", a.Kind, a.Member, a.Target, a.Message)
+	}
+	// After the hand-over e-0 is a follower: it restarts only once e-1's pod is ready.
+	a = Decide(notReady(ro(rolloutCluster(3), "old", "new", "new"), 1, 2*time.Second))
+	if a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonMemberRestarting || a.Member != "e-1" || !strings.Contains(a.Message, "not ready") {
+		t.Fatalf("got %s %s %s (%s), want a MemberRestarting wait for e-1", a.Kind, a.Reason, a.Member, a.Message)
+	}
+	if a := Decide(ro(rolloutCluster(3), "old", "new", "new")); a.Kind != plan.DeletePod || a.Member != "e-0" {
+		t.Fatalf("e-1 ready: got %s %s (%s), want e-0 restarted", a.Kind, a.Member, a.Message)
+	}
+	// A follower is outdated as well: nothing happens until e-1's pod is ready.
+	a = Decide(notReady(ro(rolloutCluster(1), "old", "new", "old"), 1, 2*time.Second))
+	if a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonMemberRestarting || a.Member != "e-1" {
+		t.Fatalf("got %s %s %s (%s), want a MemberRestarting wait for e-1", a.Kind, a.Reason, a.Member, a.Message)
+	}
+	// No updated member with a ready pod to take over: wait.
+	a = Decide(notReady(ro(rolloutCluster(1), "old", "new", "new"), 1, 2*time.Second))
+	if a.Kind != plan.MoveLeader {
+		t.Fatalf("setup: %s", a.Message)
+	}
+	o := notReady(ro(rolloutCluster(1), "old", "new", "new"), 1, 2*time.Second)
+	o = notReady(o, 2, 3*time.Second)
+	if a := Decide(o); a.Kind != plan.Wait {
+		t.Fatalf("two updated pods not ready: got %s %s (%s), want a wait", a.Kind, a.Member, a.Message)
+	}
+	// etcd does not report e-1 caught up: no hand-over.
+	o = notReady(ro(rolloutCluster(1), "old", "new", "new"), 1, 2*time.Second)
+	st := o.Etcd.Status[2]
+	st.RaftIndex = 10
+	o.Etcd.Status[2] = st
+	if a := Decide(o); a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonMemberRestarting || !strings.Contains(a.Message, "trails the leader") {
+		t.Fatalf("e-1 behind: got %s %s (%s), want a MemberRestarting wait", a.Kind, a.Reason, a.Message)
+	}
+	// While etcd does not answer on a member restarted a moment ago, the rollout looks often
+	// (etcd starting to answer is no Kubernetes event); later, or when it crash loops, not.
+	o = ro(rolloutCluster(1, 2), "old", "new", "new")
+	o.Pods[1].Ready, o.Pods[1].FailingSince = false, roNow.Add(-2*time.Second)
+	if a := Decide(o); a.Reason != v1alpha1.ReasonMemberRestarting || a.RequeueAfter != VersionPoll {
+		t.Fatalf("just restarted: got %s %s requeue %s, want a MemberRestarting wait polled every %s", a.Kind, a.Reason, a.RequeueAfter, VersionPoll)
+	}
+	o.Pods[1].FailingSince = roNow.Add(-RestartPollFor)
+	if a := Decide(o); a.RequeueAfter == VersionPoll {
+		t.Fatalf("restarted %s ago: still polled every %s", RestartPollFor, VersionPoll)
+	}
+	o.Pods[1].FailingSince, o.Pods[1].Problem = roNow.Add(-2*time.Second), "CrashLoopBackOff"
+	if a := Decide(o); a.RequeueAfter == VersionPoll {
+		t.Fatalf("crash looping: still polled every %s", VersionPoll)
+	}
+	// Past the member timeout a pod that never gets ready stalls the rollout.
+	if a := Decide(notReady(ro(rolloutCluster(1), "old", "new", "new"), 1, time.Hour)); a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonUpgradeStalled || a.Member != "e-1" {
+		t.Fatalf("past the member timeout: got %s %s %s (%s), want UpgradeStalled", a.Kind, a.Reason, a.Member, a.Message)
+	}
+}
+
 // TestVersionStepIsPolled: once every member runs the new template, etcd raises the cluster
 // version on its own timer and no Kubernetes event says so; the wait asks to be looked at
 // again within VersionPoll, and so does the wait before the next minor's step.
