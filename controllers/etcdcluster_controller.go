@@ -330,6 +330,9 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c))
 		}
 		obs.applyErr = applyErr
+		if applyErr == nil && !holdStatefulSet(c) {
+			obs.stsApplied = appliedHash(desired, "StatefulSet", topo.statefulSet)
+		}
 	}
 
 	if err := r.observe(ctx, c, topo, &obs); err != nil {
@@ -429,6 +432,17 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		next = backupNext + 100*time.Millisecond // past the schedule time, not just before it
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// appliedHash returns the hash annotation Apply gave the rendered object of kind and name
+// ("" when there is none).
+func appliedHash(desired []*unstructured, kind, name string) string {
+	for _, o := range desired {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o.GetAnnotations()[apply.HashAnnotation]
+		}
+	}
+	return ""
 }
 
 // applyAndPrune applies what the chart rendered and prunes what it no longer renders. With

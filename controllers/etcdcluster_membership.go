@@ -63,7 +63,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		step, target := versionTargets(c)
 		ro := rollout.Observation{
 			UpdateRevision: o.sts.Status.UpdateRevision,
-			StsCaughtUp:    o.sts.Status.ObservedGeneration >= o.sts.Generation,
+			StsCaughtUp:    stsCaughtUp(*o),
 			Pods:           rollout.PodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
 			MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
 			StepVersion: step, TargetVersion: target,

@@ -38,6 +38,10 @@ type observation struct {
 	applyErr error
 
 	sts *appsv1.StatefulSet // nil when absent
+	// stsApplied is the hash annotation of the StatefulSet as applied in this pass ("" when
+	// this pass applied none). In the pass that applies a new one, sts is read from the cache
+	// and may still be the old one: its revision and the pods' then say nothing about the new.
+	stsApplied string
 	// pods are the member pods, listed once per pass (nil when the StatefulSet is absent).
 	pods *corev1.PodList
 
@@ -360,10 +364,10 @@ func progressingCondition(o observation) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.membership.Reason, o.membership.Message
 	case o.caRotation != "" && o.wasAvailable:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonRotatingCA, o.caRotation
-	case !o.wasAvailable && (stsOutdated(o.sts) || o.sts.Status.ReadyReplicas < o.specReplicas):
+	case !o.wasAvailable && (stsOutdated(o) || o.sts.Status.ReadyReplicas < o.specReplicas):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCreating
 		c.Message = fmt.Sprintf("%d of %d members ready", o.sts.Status.ReadyReplicas, o.specReplicas)
-	case stsOutdated(o.sts):
+	case stsOutdated(o):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonRollingOut
 		c.Message = fmt.Sprintf("%d of %d member pods run the current pod template; with the OnDelete strategy a pod takes the new template when it is deleted", o.sts.Status.UpdatedReplicas, o.sts.Status.Replicas)
 	default:
@@ -372,14 +376,24 @@ func progressingCondition(o observation) metav1.Condition {
 	return c
 }
 
+// stsCaughtUp reports whether the StatefulSet read in this pass is the one last applied and
+// the StatefulSet controller has observed it, so that its status names the current template's
+// revision. o.sts must not be nil.
+func stsCaughtUp(o observation) bool {
+	s := o.sts
+	return s.Status.ObservedGeneration >= s.Generation &&
+		(o.stsApplied == "" || s.Annotations[apply.HashAnnotation] == o.stsApplied)
+}
+
 // stsOutdated reports whether the StatefulSet controller has not caught up with the spec, or
-// pods run an older template.
-func stsOutdated(s *appsv1.StatefulSet) bool {
+// pods run an older template. o.sts must not be nil.
+func stsOutdated(o observation) bool {
+	s := o.sts
 	want := int32(1)
 	if s.Spec.Replicas != nil {
 		want = *s.Spec.Replicas
 	}
-	return s.Status.ObservedGeneration < s.Generation ||
+	return !stsCaughtUp(o) ||
 		s.Status.Replicas != want ||
 		(s.Status.UpdateRevision != "" && s.Status.CurrentRevision != s.Status.UpdateRevision && s.Status.UpdatedReplicas < want)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
@@ -125,6 +126,22 @@ func TestConditions(t *testing.T) {
 			name:      "StatefulSet controller behind the spec",
 			o:         observation{specReplicas: 3, wasAvailable: true, sts: func() *appsv1.StatefulSet { s := sts(3, 3, 3); s.Generation = 2; return s }(), etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
+		},
+		{
+			// The pass that applies a new StatefulSet reads the old one from the cache, whose
+			// generation the StatefulSet controller observed long ago.
+			name:      "the cached StatefulSet is not the one this pass applied",
+			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), stsApplied: "new", etcd: cluster(3, 1, nil, nil)},
+			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
+		},
+		{
+			name: "the cached StatefulSet is the one this pass applied",
+			o: observation{specReplicas: 3, wasAvailable: true, stsApplied: "new", etcd: cluster(3, 1, nil, nil), sts: func() *appsv1.StatefulSet {
+				s := sts(3, 3, 3)
+				s.Annotations = map[string]string{apply.HashAnnotation: "new"}
+				return s
+			}()},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
 		},
 		{
 			name:      "invalid spec on a healthy cluster",

@@ -40,7 +40,8 @@ type Observation struct {
 	// UpdateRevision is the StatefulSet's current template revision; pods on another one are
 	// outdated.
 	UpdateRevision string
-	// StsCaughtUp is false while the StatefulSet controller has not observed the latest spec.
+	// StsCaughtUp is true once the StatefulSet read in this pass is the one last applied and the
+	// StatefulSet controller has observed it (its status then names that template's revision).
 	StsCaughtUp bool
 	Pods        []Pod
 	Etcd        *etcd.Observed
@@ -101,11 +102,14 @@ func Decide(o Observation) plan.Step {
 			updated = append(updated, p)
 		}
 	}
+	// Before the StatefulSet is caught up, its revision and the pods' say nothing about the
+	// template just applied: in the pass that applies a new one, the cached copy is still the
+	// old one, and every pod looks up to date on it.
+	if !o.StsCaughtUp {
+		return plan.Waiting(v1alpha1.ReasonRollingOut, "waiting for the StatefulSet controller to observe the StatefulSet as last applied")
+	}
 	if len(outdated) == 0 {
 		return o.afterStep()
-	}
-	if !o.StsCaughtUp {
-		return plan.Waiting(v1alpha1.ReasonRollingOut, "waiting for the StatefulSet controller to observe the new pod template")
 	}
 	if o.Etcd == nil {
 		return plan.Waiting(v1alpha1.ReasonRolloutWaiting, "etcd did not answer; no member is restarted without a healthy quorum")

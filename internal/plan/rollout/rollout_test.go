@@ -69,6 +69,17 @@ func TestDecideRollout(t *testing.T) {
 			}
 		}), kind: plan.None},
 		{name: "StatefulSet behind", o: edit(ro(rolloutCluster(1), "old", "old", "old"), func(o *Observation) { o.StsCaughtUp = false }), kind: plan.Wait},
+		// The pass that applies a new template reads the old StatefulSet from its cache: every
+		// pod runs its revision, which says nothing about the template just applied.
+		{name: "StatefulSet behind with every pod on its revision: not reconciled",
+			o: edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) {
+				o.StsCaughtUp = false
+				o.StepVersion, o.TargetVersion = "3.5.35", "3.5.35"
+			}),
+			kind: plan.Wait, reason: v1alpha1.ReasonRollingOut, msg: "StatefulSet as last applied"},
+		{name: "StatefulSet behind on a new minor: no claim that every member runs it",
+			o:    edit(ro(rolloutCluster(1), "new", "new", "new"), func(o *Observation) { o.StsCaughtUp = false }),
+			kind: plan.Wait, reason: v1alpha1.ReasonRollingOut, msg: "StatefulSet as last applied"},
 		{name: "followers first, highest ordinal", o: ro(rolloutCluster(1), "old", "old", "old"), kind: plan.DeletePod, member: "e-2"},
 		{name: "next follower", o: ro(rolloutCluster(1), "old", "old", "new"), kind: plan.DeletePod, member: "e-1"},
 		{name: "leader last: move leadership to an updated member", o: ro(rolloutCluster(1), "old", "new", "new"), kind: plan.MoveLeader, member: "e-0", target: 2},
