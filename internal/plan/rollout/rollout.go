@@ -29,6 +29,8 @@ type Pod struct {
 	Revision string
 	// FailingSince is when the pod last stopped being ready, or its creation when it never was.
 	FailingSince time.Time
+	// CreatedAt is the pod's creation time.
+	CreatedAt time.Time
 	// Problem says why the pod does not run, from its container status (empty when running).
 	Problem string
 }
@@ -66,6 +68,12 @@ type Observation struct {
 // so the wait would otherwise end up to a whole requeue interval after etcd's did; this wait
 // lasts at most one timer period per step.
 const VersionPoll = 250 * time.Millisecond
+
+// VersionPollFor is how long after the newest member pod was created the wait for the cluster
+// version polls every VersionPoll, before falling back to the controller's usual interval:
+// etcd raises the version within one 4 s timer period of every member running the new
+// release, and a wait beyond a few periods is not worth four passes a second.
+const VersionPollFor = 15 * time.Second
 
 // RestartPollFor is how long after a member's restart the rollout polls every VersionPoll for
 // etcd to answer on it, before falling back to the controller's usual interval: a healthy
@@ -357,7 +365,15 @@ func (o Observation) afterStep() plan.Step {
 	}
 	a := plan.Waiting(v1alpha1.ReasonVersionStep, fmt.Sprintf("every member runs %s; waiting for etcd to raise the cluster version (now %s) to %s%s",
 		o.StepVersion, cv, step.MinorString(), next))
-	a.RequeueAfter = VersionPoll
+	var newest time.Time
+	for _, p := range o.Pods {
+		if p.CreatedAt.After(newest) {
+			newest = p.CreatedAt
+		}
+	}
+	if plan.Since(o.Now, newest) < VersionPollFor {
+		a.RequeueAfter = VersionPoll
+	}
 	return a
 }
 
@@ -425,7 +441,7 @@ func PodsOf(pods []plan.Pod) []Pod {
 			continue
 		}
 		out = append(out, Pod{Name: p.Name, Ordinal: p.Ordinal, Ready: p.Ready, Deleting: p.Deleting, NodeReady: p.NodeReady,
-			Revision: p.Revision, FailingSince: p.FailingSince, Problem: p.Problem})
+			Revision: p.Revision, FailingSince: p.FailingSince, CreatedAt: p.CreatedAt, Problem: p.Problem})
 	}
 	return out
 }

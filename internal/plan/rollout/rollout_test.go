@@ -297,3 +297,34 @@ func TestMissingPodStopsTheRollout(t *testing.T) {
 		t.Fatalf("past the member timeout: got %s %s (%s), want UpgradeStalled", a.Kind, a.Reason, a.Message)
 	}
 }
+
+// TestVersionWaitPollsOnlyAfterARecentRestart: etcd raising the cluster version is no
+// Kubernetes event, so the wait looks every VersionPoll, but only while the newest member pod
+// is young; a wait that outlasts a few of etcd's 4 s timer periods falls back to the usual
+// interval instead of four passes a second.
+func TestVersionWaitPollsOnlyAfterARecentRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		created time.Duration // age of the newest pod
+		want    time.Duration
+	}{
+		{name: "newest pod 3 s old", created: 3 * time.Second, want: VersionPoll},
+		{name: "newest pod just under the window", created: VersionPollFor - time.Second, want: VersionPoll},
+		{name: "newest pod past the window", created: VersionPollFor + time.Second, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ro(rolloutCluster(1), "new", "new", "new")
+			for i := range o.Pods {
+				o.Pods[i].CreatedAt = roNow.Add(-time.Hour)
+			}
+			o.Pods[1].CreatedAt = roNow.Add(-tc.created)
+			a := Decide(o)
+			if a.Kind != plan.Wait || a.Reason != v1alpha1.ReasonVersionStep {
+				t.Fatalf("got %s/%s (%s), want a wait for the cluster version", a.Kind, a.Reason, a.Message)
+			}
+			if a.RequeueAfter != tc.want {
+				t.Fatalf("RequeueAfter %s, want %s", a.RequeueAfter, tc.want)
+			}
+		})
+	}
+}
