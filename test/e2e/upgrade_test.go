@@ -71,6 +71,71 @@ func waitVersion(t testing.TB, ns, version string, timeout time.Duration, seen f
 	})
 }
 
+// watchEarlyReconciled reads the cluster in ns every 20 ms from now on. The first time its
+// status says Progressing=False (Reconciled) for generation gen or later, it asks each of the 3
+// members for its version, from etcd itself: each must run version by then. The returned
+// function stops the watch and returns what it found wrong. It catches a status that ends a
+// `kubectl wait` before the members restarted (a pass that read an old StatefulSet from the
+// cache did that for one pass), when a read lands in that pass.
+func watchEarlyReconciled(t testing.TB, ns string, gen int64, version string) func() error {
+	t.Helper()
+	cli := etcdClient(t, ns, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			c := &v1alpha1.EtcdCluster{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "etcd"}, c); err != nil {
+				continue
+			}
+			prog := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
+			if c.Status.ObservedGeneration < gen || prog == nil || prog.Status != metav1.ConditionFalse {
+				continue
+			}
+			var wrong []string
+			for i := 0; i < 3; i++ {
+				sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+				st, err := cli.Status(sctx, endpoint(ns, i))
+				scancel()
+				switch {
+				case err != nil:
+					wrong = append(wrong, fmt.Sprintf("etcd-%d does not answer (%v)", i, err))
+				case st.Version != version:
+					wrong = append(wrong, fmt.Sprintf("etcd-%d runs %s", i, st.Version))
+				}
+			}
+			if len(wrong) > 0 {
+				done <- fmt.Errorf("status said Progressing=False/%s at generation %d while %s (want every member on %s)",
+					prog.Reason, c.Status.ObservedGeneration, strings.Join(wrong, ", "), version)
+			} else {
+				done <- nil
+			}
+			return
+		}
+	}()
+	var once bool
+	var err error
+	stop := func() error {
+		if !once {
+			once = true
+			cancel()
+			err = <-done
+			_ = cli.Close()
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
 // upgradeRun is what one upgrade measured.
 type upgradeRun struct {
 	start         time.Time // when spec.version was set
@@ -89,6 +154,7 @@ func upgrade(t testing.TB, ns, version string) upgradeRun {
 	before := getCluster(t, ns).Status.LeaderChanges
 	w, s := startWriter(t, ns, 3), startSampler(t, ns)
 	time.Sleep(300 * time.Millisecond) // writes flow before the change
+	early := watchEarlyReconciled(t, ns, getCluster(t, ns).Generation+1, version)
 	start := time.Now()
 	if err := setVersion(t, ns, version); err != nil {
 		t.Fatal(err)
@@ -100,6 +166,9 @@ func upgrade(t testing.TB, ns, version string) upgradeRun {
 		}
 	})
 	run.took = time.Since(start)
+	if err := early(); err != nil {
+		t.Error(err)
+	}
 	time.Sleep(300 * time.Millisecond) // writes flow after the change
 	run.leaderChanges = getCluster(t, ns).Status.LeaderChanges - before
 	run.termChanges, run.gap = w.termChanges(), w.longestGap()
