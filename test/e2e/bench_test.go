@@ -70,6 +70,7 @@ func BenchmarkMembershipStep(b *testing.B) {
 			ns := namespace(b)
 			createCluster(b, ns, 3)
 			scaleTo(b, ns, 3)
+			waitMembersRunningFor(b, ns, 3, etcdHealthInterval+2*time.Second)
 			tl := startTimeline(b, ns)
 			waitTimelineSettled(b, tl, 3)
 			tl.setOrigin(time.Now())
@@ -85,6 +86,42 @@ func BenchmarkMembershipStep(b *testing.B) {
 		}
 		b.ReportMetric(total.Seconds()/float64(b.N), "s-per-replacement")
 		reportPhases(b, sums)
+	})
+}
+
+// etcdHealthInterval is etcd's HealthInterval (5 s, fixed in etcdserver): with
+// strict reconfiguration checks on (the default), etcd refuses a member add until the member
+// that takes it has been connected to a quorum of voters for that long.
+const etcdHealthInterval = 5 * time.Second
+
+// waitMembersRunningFor waits until each of the n member pods of the cluster in ns has run its
+// etcd container for at least age (container start times are whole seconds, so the margin a
+// caller adds should cover one). The replacement benchmark measures what a member lost from a
+// running cluster costs, not etcd's own refusal of member changes in a cluster's first
+// seconds (see etcdHealthInterval), which a replacement right after formation would include.
+func waitMembersRunningFor(t testing.TB, ns string, n int, age time.Duration) {
+	t.Helper()
+	eventually(t, time.Minute, fmt.Sprintf("%d member pods running for %s", n, age), func() error {
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name != "etcd" || cs.State.Running == nil {
+					continue
+				}
+				if d := time.Since(cs.State.Running.StartedAt.Time); d < age {
+					return fmt.Errorf("pod %s has run etcd for %s", p.Name, d.Round(100*time.Millisecond))
+				}
+				running++
+			}
+		}
+		if running < n {
+			return fmt.Errorf("%d of %d member pods run etcd", running, n)
+		}
+		return nil
 	})
 }
 

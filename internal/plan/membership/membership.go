@@ -642,6 +642,11 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 		}
 		a := wait(reasonLearnerStarting, msg)
 		a.RequeueAfter = v.o.LostMemberTimeout - plan.Since(v.o.Now, in.StartedAt)
+		if p.Running && p.Problem == "" && plan.Since(v.o.Now, p.CreatedAt) < LearnerStartPollFor {
+			// etcd on the learner's pod starting, connecting and publishing its name is no
+			// Kubernetes event; the promotion may follow as soon as it has.
+			a.RequeueAfter = min(a.RequeueAfter, LearnerStartPoll)
+		}
 		return a
 	}
 	if p.PVCFresh {
@@ -908,6 +913,15 @@ func (o Observation) Evidence() plan.Evidence {
 // log it could vote for a leader that lacks writes it acknowledged. The membership ConfigMap
 // names exactly these members (see InitialCluster).
 func MayStartEmpty(m etcd.Member) bool { return m.Name == "" || m.IsLearner }
+
+// LearnerStartPoll is how often the engine looks whether a learner whose etcd container runs
+// has started (joined with its name), for LearnerStartPollFor after its pod was created; later,
+// at the controller's usual interval. A learner starts within a second or two of its container;
+// one that takes longer is not worth four passes a second.
+const (
+	LearnerStartPoll    = 250 * time.Millisecond
+	LearnerStartPollFor = 30 * time.Second
+)
 
 // NoMemberMayStart is the initial cluster when no member may start without data.
 const NoMemberMayStart = "no-member-is-joining=http://127.0.0.1:1"

@@ -164,3 +164,35 @@ func TestCrashLoopingVoterPodIsNeverDeletedAsEarlyExit(t *testing.T) {
 		t.Fatalf("promoted member: %s %s (%s)", a.Kind, a.Member, a.Message)
 	}
 }
+
+// TestStartingLearnerIsLookedAtSoon: a learner whose etcd container runs is looked at every
+// LearnerStartPoll while its pod is young (etcd joining is no Kubernetes event), and at the
+// usual interval once it is older or while its container is not running.
+func TestStartingLearnerIsLookedAtSoon(t *testing.T) {
+	running := func(created time.Time) *mdFix {
+		return replacing(sec(-1), created, time.Time{}).pod(1, func(p *podInfo) {
+			p.CrashLooping, p.Running, p.Problem, p.RestartCount = false, true, "", 0
+		})
+	}
+	tests := []struct {
+		name string
+		fix  *mdFix
+		poll bool
+	}{
+		{name: "container running, pod 2 s old", fix: running(sec(-2)), poll: true},
+		{name: "container running, pod older than the window", fix: running(sec(-2).Add(-LearnerStartPollFor)), poll: false},
+		{name: "container in a crash-loop back-off", fix: replacing(sec(-1), sec(-0.5), sec(-0.2)), poll: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.fix.obs()
+			a := plan.Gate(Decide(o), o.Evidence())
+			if a.Kind != actWait || a.Reason != reasonLearnerStarting {
+				t.Fatalf("got %s %s (%s), want a wait %s", a.Kind, a.Reason, a.Message, reasonLearnerStarting)
+			}
+			if got := a.RequeueAfter == LearnerStartPoll; got != tt.poll {
+				t.Fatalf("RequeueAfter %s, want the %s poll: %v", a.RequeueAfter, LearnerStartPoll, tt.poll)
+			}
+		})
+	}
+}
