@@ -45,11 +45,27 @@ type Intent struct {
 	Reason string `json:"reason"`
 	// StartedAt is when the change began, for messages.
 	StartedAt time.Time `json:"startedAt"`
-	// AddingAt is when the learner was last asked to be added: the time of the pass that
-	// proposed AddLearner, stored before etcd is called, so it is never later than the add.
-	// A learner's pod whose etcd exited before it (it was not a member yet) crash loops for
-	// no reason left, and is re-created at once instead of after the kubelet's back-off.
-	AddingAt time.Time `json:"addingAt,omitzero"`
+	// ExitBeforeAdd is the last exit of the learner's pod's etcd as seen in a pass that asked
+	// etcd to add the learner, stored before etcd is called: that exit came before the learner
+	// existed (the pod ran etcd before it was a member). A pod that still waits in the
+	// crash-loop back-off of exactly that exit (the same pod, restart count and exit time)
+	// fails for no reason left, and is re-created at once instead of after the back-off. This
+	// is the order of what the operator saw and did, not a comparison of clocks: the exit time
+	// comes from the node, whose clock may differ from the operator's.
+	ExitBeforeAdd *PodExit `json:"exitBeforeAdd,omitempty"`
+}
+
+// PodExit names one exit of a pod's etcd container.
+type PodExit struct {
+	PodUID       string    `json:"podUID"`
+	RestartCount int32     `json:"restartCount"`
+	At           time.Time `json:"at"`
+}
+
+// Is reports whether e names the last exit of the etcd container of p.
+func (e *PodExit) Is(p Pod) bool {
+	return e != nil && p.Exists && p.UID == e.PodUID && p.RestartCount == e.RestartCount &&
+		!p.LastExitAt.IsZero() && p.LastExitAt.Equal(e.At)
 }
 
 // intentJSON is Intent as stored: the ID in hexadecimal.
@@ -61,12 +77,12 @@ type intentJSON struct {
 	ClaimUID  string    `json:"claimUID,omitempty"`
 	Reason    string    `json:"reason"`
 	StartedAt time.Time `json:"startedAt"`
-	AddingAt  time.Time `json:"addingAt,omitzero"`
+	ExitBeforeAdd *PodExit `json:"exitBeforeAdd,omitempty"`
 }
 
 // MarshalJSON writes the intent with its member ID in hexadecimal.
 func (in Intent) MarshalJSON() ([]byte, error) {
-	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt, AddingAt: in.AddingAt}
+	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt, ExitBeforeAdd: in.ExitBeforeAdd}
 	if in.ID != 0 {
 		j.ID = etcd.FormatID(in.ID)
 	}
@@ -79,7 +95,7 @@ func (in *Intent) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return fmt.Errorf("failed to parse membership intent: %w", err)
 	}
-	*in = Intent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt, AddingAt: j.AddingAt}
+	*in = Intent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt, ExitBeforeAdd: j.ExitBeforeAdd}
 	if j.ID != "" {
 		id, err := etcd.ParseID(j.ID)
 		if err != nil {

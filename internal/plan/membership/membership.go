@@ -568,14 +568,14 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 		}
 		a := membershipAction{Kind: actAddLearner, Member: name, PeerURL: peerURL, Reason: reason,
 			Message: fmt.Sprintf("adding %s as a learner (%s)", name, peerURL)}
-		// When the pod's etcd has exited since the stored add time (it ran before it was a
-		// member), the intent is stored again with the time of this pass before etcd is
-		// called, so a later pass can tell that exit came before the learner existed
-		// (restartedTooEarly). Only then: each store wakes the controller again, and etcd
-		// may refuse the add for some seconds.
-		if p := v.pods[k]; p.Exists && !p.LastExitAt.IsZero() && !in.AddingAt.After(p.LastExitAt) {
+		// When the pod's etcd has exited (it ran before it was a member) and the intent does
+		// not name that exit yet, the intent is stored with it before etcd is called, so a
+		// later pass knows that exit came before the learner existed (restartedTooEarly).
+		// Only then: each store wakes the controller again, and etcd may refuse the add for
+		// some seconds.
+		if p := v.pods[k]; p.Exists && !p.LastExitAt.IsZero() && !in.ExitBeforeAdd.Is(p) {
 			adding := in
-			adding.AddingAt = v.o.Now
+			adding.ExitBeforeAdd = &plan.PodExit{PodUID: p.UID, RestartCount: p.RestartCount, At: p.LastExitAt}
 			a.Intent = &adding
 		}
 		return a
@@ -669,15 +669,13 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 }
 
 // restartedTooEarly reports whether the pod of a learner not started yet waits in a crash-loop
-// back-off only because its etcd ran before the learner was added: the pod was created and
-// its etcd container last exited before the add was asked for (in.AddingAt, stored before the
-// call, so never later than the add). A pod created since is never deleted by this rule, so
-// it deletes each pod at most once; a pod whose etcd exited after the add is failing as a
+// back-off only because its etcd ran before the learner was added: the pod's last exit is the
+// one stored in the intent before the add (in.ExitBeforeAdd), on the same pod with the same
+// restart count. Any later run or exit, and any pod created since, fail that match, so the
+// rule deletes each pod at most once; a pod whose etcd exited after the add is failing as a
 // learner and is left to lostLearnerPod.
 func restartedTooEarly(p podInfo, in membershipIntent) bool {
-	return !in.AddingAt.IsZero() && p.Exists && !p.Deleting && p.CrashLooping && !p.Running &&
-		!p.LastExitAt.IsZero() && p.LastExitAt.Before(in.AddingAt) &&
-		!p.CreatedAt.IsZero() && p.CreatedAt.Before(in.AddingAt)
+	return p.Exists && !p.Deleting && p.CrashLooping && !p.Running && in.ExitBeforeAdd.Is(p)
 }
 
 // lostLearnerPod reports whether a learner's pod is failing past the timeout.

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,16 +14,18 @@ import (
 // the old member is removed; its etcd runs before the learner is added, exits (not a member),
 // and the kubelet holds the pod in a crash-loop back-off. Such a pod is deleted once.
 
-// replacing is ordinal 1 of three removed and re-added as a learner (ID 0x901, not started),
-// the add asked for at addingAt (zero: an intent stored before AddingAt existed), and its pod
-// created at created, crash looping since its etcd exited at exited.
-func replacing(addingAt, created, exited time.Time) *mdFix {
+// replacing is ordinal 1 of three removed and re-added as a learner (ID 0x901, not started);
+// its pod (UID pod-1) was created at created and crash loops since its etcd exited at exited
+// (restart count 1). With stored, the intent names that exit as seen before the add.
+func replacing(stored bool, created, exited time.Time) *mdFix {
 	f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
 		ClaimUID: "uid-1", Reason: reasonReplaceMember})
-	f.intent.AddingAt = addingAt
+	if stored {
+		f.intent.ExitBeforeAdd = &plan.PodExit{PodUID: "pod-1", RestartCount: 1, At: exited}
+	}
 	f.members = append(f.members, etcd.Member{ID: 0x901, PeerURLs: []string{mdPeerURL("etc-1")}, IsLearner: true})
 	return f.pod(1, func(p *podInfo) {
-		*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new",
+		*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new", UID: "pod-1",
 			CrashLooping: true, RestartCount: 1, CreatedAt: created, FailingSince: created, LastExitAt: exited,
 			Problem: "CrashLoopBackOff: back-off 10s restarting failed container"}
 	})
@@ -32,30 +35,37 @@ func sec(s float64) time.Time { return mdT0.Add(time.Duration(s * float64(time.S
 
 func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
 	// A timeline like the benchmark's: old member removed at -4 s, pod re-created at -3.8 s,
-	// its etcd exits at -3 s, the learner is asked for at -1 s; now is 0.
+	// its etcd exits at -3 s, the learner is added at -1 s with that exit stored first; now is
+	// 0. The times only describe the story: the rule compares no clocks.
 	tests := []struct {
 		name   string
 		fix    *mdFix
 		delete bool
 		reason string
 	}{
-		{name: "etcd exited before the add", fix: replacing(sec(-1), sec(-3.8), sec(-3)), delete: true},
-		{name: "etcd exited after the add: failing as a learner, left to replaceAfter",
-			fix: replacing(sec(-1), sec(-3.8), sec(-0.5)), reason: reasonLearnerStarting},
-		{name: "etcd exited at the very time of the add", fix: replacing(sec(-1), sec(-3.8), sec(-1)), reason: reasonLearnerStarting},
-		{name: "pod created after the add (already re-created once)",
-			fix: replacing(sec(-1), sec(-0.9), sec(-2)), reason: reasonLearnerStarting},
-		{name: "no add time recorded", fix: replacing(time.Time{}, sec(-3.8), sec(-3)), reason: reasonLearnerStarting},
-		{name: "never exited", fix: replacing(sec(-1), sec(-3.8), time.Time{}), reason: reasonLearnerStarting},
+		{name: "the exit stored before the add", fix: replacing(true, sec(-3.8), sec(-3)), delete: true},
+		{name: "the exit stored, whatever the node's clock said of it",
+			fix: func() *mdFix {
+				f := replacing(true, sec(-3.8), sec(40))
+				f.pods[1].CreatedAt, f.pods[1].FailingSince = sec(30), sec(30)
+				return f
+			}(), delete: true},
+		{name: "etcd exited again since (another exit time): failing as a learner, left to replaceAfter",
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.LastExitAt = sec(-0.5) }), reason: reasonLearnerStarting},
+		{name: "etcd ran again since (another restart count)",
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.RestartCount = 2 }), reason: reasonLearnerStarting},
+		{name: "another pod (re-created already)",
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.UID = "pod-1b" }), reason: reasonLearnerStarting},
+		{name: "no exit stored (an exit the add did not see first)", fix: replacing(false, sec(-3.8), sec(-3)), reason: reasonLearnerStarting},
 		{name: "exited before the add but not in back-off (restarting now)",
-			fix: replacing(sec(-1), sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping = false }), reason: reasonLearnerStarting},
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping = false }), reason: reasonLearnerStarting},
 		{name: "exited before the add, running again",
-			fix: replacing(sec(-1), sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping, p.Running = false, true }), reason: reasonLearnerStarting},
-		{name: "pod terminating already", fix: replacing(sec(-1), sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.Deleting = true }),
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping, p.Running = false, true }), reason: reasonLearnerStarting},
+		{name: "pod terminating already", fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.Deleting = true }),
 			reason: reasonPodTerminating},
 		{name: "learner started (has a name): not this rule",
 			fix: func() *mdFix {
-				f := replacing(sec(-1), sec(-3.8), sec(-3))
+				f := replacing(true, sec(-3.8), sec(-3))
 				f.members[len(f.members)-1].Name = "etc-1"
 				f.status[0x901] = etcd.MemberStatus{ID: 0x901, RaftIndex: 500, IsLearner: true}
 				return f
@@ -79,10 +89,9 @@ func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
 					t.Errorf("message %q does not say %q", a.Message, s)
 				}
 			}
-			// Once: the pod the StatefulSet makes next is created after the add; it is left
-			// alone whatever its etcd does, and the learner is still waited for.
-			next := replacing(sec(-1), sec(0.5), sec(-3)).pod(1, func(p *podInfo) { p.LastExitAt = sec(1) })
-			next.pods[1].LastExitAt = sec(-3) // even an exit time that looks early
+			// Once: the pod the StatefulSet makes next is another pod; it is left alone
+			// whatever its etcd does, and the learner is still waited for.
+			next := tt.fix.pod(1, func(p *podInfo) { p.UID, p.RestartCount = "pod-1b", 1 })
 			o2 := next.obs()
 			o2.Now = sec(12)
 			if b := plan.Gate(Decide(o2), o2.Evidence()); b.Kind != actWait || b.Reason != reasonLearnerStarting {
@@ -92,28 +101,29 @@ func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
 	}
 }
 
-func TestAddLearnerStoresTheAddTimeFirst(t *testing.T) {
+func TestAddLearnerStoresTheExitItSawFirst(t *testing.T) {
 	// Ordinal 1 was removed; its pod, re-created at -3.8 s, may have run etcd already.
-	fix := func(addingAt, exited time.Time) *mdFix {
+	fix := func(stored *plan.PodExit, exited time.Time) *mdFix {
 		f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
-			ClaimUID: "uid-1", Reason: reasonReplaceMember})
-		f.intent.AddingAt = addingAt
+			ClaimUID: "uid-1", Reason: reasonReplaceMember, ExitBeforeAdd: stored})
 		return f.pod(1, func(p *podInfo) {
-			*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new",
-				CreatedAt: sec(-3.8), FailingSince: sec(-3.8), LastExitAt: exited, CrashLooping: !exited.IsZero()}
+			*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new", UID: "pod-1",
+				CreatedAt: sec(-3.8), FailingSince: sec(-3.8), LastExitAt: exited, CrashLooping: !exited.IsZero(), RestartCount: 1}
 		})
 	}
+	this := &plan.PodExit{PodUID: "pod-1", RestartCount: 1, At: sec(-3)}
 	tests := []struct {
 		name  string
 		fix   *mdFix
 		store bool
 	}{
-		{name: "etcd has not exited: nothing to store", fix: fix(time.Time{}, time.Time{})},
-		{name: "no pod: nothing to store", fix: fix(time.Time{}, time.Time{}).noPod(1)},
-		{name: "etcd exited, no add time stored", fix: fix(time.Time{}, sec(-3)), store: true},
-		{name: "etcd exited after the stored add time (a refused attempt)", fix: fix(sec(-4), sec(-3)), store: true},
-		{name: "etcd exited at the stored add time", fix: fix(sec(-3), sec(-3)), store: true},
-		{name: "the stored add time is after the exit: kept, not stored again", fix: fix(sec(-2), sec(-3))},
+		{name: "etcd has not exited: nothing to store", fix: fix(nil, time.Time{})},
+		{name: "no pod: nothing to store", fix: fix(nil, time.Time{}).noPod(1)},
+		{name: "etcd exited, nothing stored", fix: fix(nil, sec(-3)), store: true},
+		{name: "etcd exited again since the stored exit (a refused attempt)",
+			fix: fix(&plan.PodExit{PodUID: "pod-1", RestartCount: 0, At: sec(-9)}, sec(-3)), store: true},
+		{name: "an exit of another pod is stored", fix: fix(&plan.PodExit{PodUID: "pod-0", RestartCount: 1, At: sec(-3)}, sec(-3)), store: true},
+		{name: "this exit is stored already: not stored again", fix: fix(this, sec(-3))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,11 +140,11 @@ func TestAddLearnerStoresTheAddTimeFirst(t *testing.T) {
 				return
 			}
 			want := before
-			want.AddingAt = mdT0
-			if a.Intent == nil || *a.Intent != want {
+			want.ExitBeforeAdd = this
+			if a.Intent == nil || !reflect.DeepEqual(*a.Intent, want) {
 				t.Errorf("stores %+v, want %+v", a.Intent, want)
 			}
-			if *tt.fix.intent != before {
+			if !reflect.DeepEqual(*tt.fix.intent, before) {
 				t.Error("the observed intent was changed")
 			}
 		})
@@ -144,7 +154,7 @@ func TestAddLearnerStoresTheAddTimeFirst(t *testing.T) {
 func TestCrashLoopingVoterPodIsNeverDeletedAsEarlyExit(t *testing.T) {
 	// A learner for etc-1 is being added; voter etc-2's pod crash loops with an exit before
 	// the add: the rule is only about the learner's own pod.
-	f := replacing(sec(-1), sec(-3.8), sec(-0.5)).pod(2, func(p *podInfo) {
+	f := replacing(false, sec(-3.8), sec(-0.5)).pod(2, func(p *podInfo) {
 		p.CrashLooping, p.Running, p.Ready, p.CreatedAt, p.LastExitAt, p.FailingSince = true, false, false, sec(-60), sec(-3), sec(-3)
 	}).down(2)
 	for _, now := range []float64{0, 5, 60} {
@@ -156,7 +166,7 @@ func TestCrashLoopingVoterPodIsNeverDeletedAsEarlyExit(t *testing.T) {
 		}
 	}
 	// The same with the learner promoted: a voter now, its pod is not deleted by this rule.
-	g := replacing(sec(-1), sec(-3.8), sec(-3))
+	g := replacing(true, sec(-3.8), sec(-3))
 	last := &g.members[len(g.members)-1]
 	last.IsLearner, last.Name = false, "etc-1"
 	o := g.obs()
@@ -170,7 +180,7 @@ func TestCrashLoopingVoterPodIsNeverDeletedAsEarlyExit(t *testing.T) {
 // usual interval once it is older or while its container is not running.
 func TestStartingLearnerIsLookedAtSoon(t *testing.T) {
 	running := func(created time.Time) *mdFix {
-		return replacing(sec(-1), created, time.Time{}).pod(1, func(p *podInfo) {
+		return replacing(false, created, time.Time{}).pod(1, func(p *podInfo) {
 			p.CrashLooping, p.Running, p.Problem, p.RestartCount = false, true, "", 0
 		})
 	}
@@ -181,7 +191,7 @@ func TestStartingLearnerIsLookedAtSoon(t *testing.T) {
 	}{
 		{name: "container running, pod 2 s old", fix: running(sec(-2)), poll: true},
 		{name: "container running, pod older than the window", fix: running(sec(-2).Add(-LearnerStartPollFor)), poll: false},
-		{name: "container in a crash-loop back-off", fix: replacing(sec(-1), sec(-0.5), sec(-0.2)), poll: false},
+		{name: "container in a crash-loop back-off", fix: replacing(false, sec(-0.5), sec(-0.2)), poll: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
