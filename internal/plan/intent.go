@@ -70,14 +70,14 @@ func (e *PodExit) Is(p Pod) bool {
 
 // intentJSON is Intent as stored: the ID in hexadecimal.
 type intentJSON struct {
-	Op        IntentOp  `json:"op"`
-	Member    string    `json:"member"`
-	ID        string    `json:"id,omitempty"`
-	PeerURL   string    `json:"peerURL"`
-	ClaimUID  string    `json:"claimUID,omitempty"`
-	Reason    string    `json:"reason"`
-	StartedAt time.Time `json:"startedAt"`
-	ExitBeforeAdd *PodExit `json:"exitBeforeAdd,omitempty"`
+	Op            IntentOp  `json:"op"`
+	Member        string    `json:"member"`
+	ID            string    `json:"id,omitempty"`
+	PeerURL       string    `json:"peerURL"`
+	ClaimUID      string    `json:"claimUID,omitempty"`
+	Reason        string    `json:"reason"`
+	StartedAt     time.Time `json:"startedAt"`
+	ExitBeforeAdd *PodExit  `json:"exitBeforeAdd,omitempty"`
 }
 
 // MarshalJSON writes the intent with its member ID in hexadecimal.
