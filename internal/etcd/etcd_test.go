@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -513,4 +514,87 @@ func TestStatusOfAMemberThatIsDownFailsAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatusOfAMemberWhoseNameDoesNotResolveFailsAtOnce: a member whose pod is gone (or
+// re-created and without an address yet) has a name that neither the operator's resolver nor
+// the system's resolution knows; its status call fails at once, not after gRPC's next connect
+// attempt or the call's deadline, while the member that serves answers through the same
+// client. In BenchmarkUpgrade such a call held a pass for 1.0 s.
+func TestStatusOfAMemberWhoseNameDoesNotResolveFailsAtOnce(t *testing.T) {
+	up := etcdproc.Start(t, "127.0.41.6")
+	gone := "http://member-gone.invalid:2379" // .invalid never resolves (RFC 2606)
+	for name, dial := range map[string]etcd.Dialer{
+		"Dial": etcd.Dial,
+		"DialVia": etcd.DialVia(func(context.Context, string) (string, bool) {
+			return "", false
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := dial(context.Background(), []string{up, gone}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			obs, answered, err := etcd.ObserveEndpoints(context.Background(), c, []string{up, gone}, 3*time.Second)
+			if took := time.Since(start); took > 500*time.Millisecond {
+				t.Fatalf("the observation took %s with one member's name unknown, want well under gRPC's first back-off (1 s)", took)
+			}
+			if err != nil || answered != 1 || len(obs.Status) != 1 {
+				t.Fatalf("answered %d, statuses %v, error %v; want the serving member only", answered, obs.Status, err)
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			var dnsErr *net.DNSError
+			if _, err := c.Status(sctx, gone); !errors.As(err, &dnsErr) || !dnsErr.IsNotFound || sctx.Err() != nil {
+				t.Fatalf("Status of the member whose name does not resolve: %v (context %v), want no such host before the deadline", err, sctx.Err())
+			}
+		})
+	}
+}
+
+// TestStatusAnswersSoonAfterAFailedConnectAttempt: when gRPC's first attempt to connect to a
+// member fails although the member could be reached a moment before (its pod's address was
+// gone in between), the call waits for the next attempt, which comes 100 ms later, not gRPC's
+// default 1 s, so a member that serves again is seen at once.
+func TestStatusAnswersSoonAfterAFailedConnectAttempt(t *testing.T) {
+	up := etcdproc.Start(t, "127.0.41.7")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up, "http://"))
+	ep := "http://member-moving.invalid:" + port
+	// The first look-up (the reachability check before the call) finds the member, the
+	// second (gRPC's first connect attempt) finds no address, every later one finds it again.
+	var mu sync.Mutex
+	lookups := 0
+	dial := etcd.DialVia(func(_ context.Context, host string) (string, bool) {
+		if host != "member-moving.invalid" {
+			return "", false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lookups++
+		return "127.0.41.7", lookups != 2
+	})
+	c, err := dial(context.Background(), []string{up}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Status(sctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	mu.Lock()
+	n := lookups
+	mu.Unlock()
+	if n < 3 {
+		t.Fatalf("%d look-ups, want the check's, a failed connect attempt's and a later one's", n)
+	}
+	if took > 600*time.Millisecond {
+		t.Fatalf("the status call took %s after a failed connect attempt, want about gRPC's first back-off of 100 ms", took)
+	}
+	t.Logf("answered %s after a failed connect attempt (%d look-ups)", took.Round(time.Millisecond), n)
 }
