@@ -45,44 +45,48 @@ type Intent struct {
 	Reason string `json:"reason"`
 	// StartedAt is when the change began, for messages.
 	StartedAt time.Time `json:"startedAt"`
-	// ExitBeforeAdd is the last exit of the learner's pod's etcd as seen in a pass that asked
-	// etcd to add the learner, stored before etcd is called: that exit came before the learner
-	// existed (the pod ran etcd before it was a member). A pod that still waits in the
-	// crash-loop back-off of exactly that exit (the same pod, restart count and exit time)
-	// fails for no reason left, and is re-created at once instead of after the back-off. This
-	// is the order of what the operator saw and did, not a comparison of clocks: the exit time
-	// comes from the node, whose clock may differ from the operator's.
-	ExitBeforeAdd *PodExit `json:"exitBeforeAdd,omitempty"`
+	// RunBeforeAdd is the latest run of the learner's pod's etcd as seen in a pass that asked
+	// etcd to add the learner, stored before etcd is called: that run started before the
+	// learner existed, with an initial cluster that did not name it, so it cannot start and
+	// exits. A pod that waits in the crash-loop back-off after exactly that run (the same pod
+	// and run start) fails for no reason left, and is re-created at once instead of after
+	// the back-off. This is the order of what the operator saw and did, not a comparison of
+	// clocks: the run's times come from the node, whose clock may differ from the operator's.
+	RunBeforeAdd *PodRun `json:"runBeforeAdd,omitempty"`
 }
 
-// PodExit names one exit of a pod's etcd container.
-type PodExit struct {
-	PodUID       string    `json:"podUID"`
-	RestartCount int32     `json:"restartCount"`
-	At           time.Time `json:"at"`
+// PodRun names one run of a pod's etcd container: the pod and when the run started.
+type PodRun struct {
+	PodUID    string    `json:"podUID"`
+	StartedAt time.Time `json:"startedAt"`
 }
 
-// Is reports whether e names the last exit of the etcd container of p.
-func (e *PodExit) Is(p Pod) bool {
-	return e != nil && p.Exists && p.UID == e.PodUID && p.RestartCount == e.RestartCount &&
-		!p.LastExitAt.IsZero() && p.LastExitAt.Equal(e.At)
+// Ended reports whether r names the run of the etcd container of p that ended last.
+func (r *PodRun) Ended(p Pod) bool {
+	return r != nil && p.Exists && p.UID == r.PodUID && !p.LastExitAt.IsZero() &&
+		!p.LastExitRunAt.IsZero() && p.LastExitRunAt.Equal(r.StartedAt)
+}
+
+// Latest reports whether r names the latest run of the etcd container of p.
+func (r *PodRun) Latest(p Pod) bool {
+	return r != nil && p.Exists && p.UID == r.PodUID && !p.RunAt.IsZero() && p.RunAt.Equal(r.StartedAt)
 }
 
 // intentJSON is Intent as stored: the ID in hexadecimal.
 type intentJSON struct {
-	Op            IntentOp  `json:"op"`
-	Member        string    `json:"member"`
-	ID            string    `json:"id,omitempty"`
-	PeerURL       string    `json:"peerURL"`
-	ClaimUID      string    `json:"claimUID,omitempty"`
-	Reason        string    `json:"reason"`
-	StartedAt     time.Time `json:"startedAt"`
-	ExitBeforeAdd *PodExit  `json:"exitBeforeAdd,omitempty"`
+	Op           IntentOp  `json:"op"`
+	Member       string    `json:"member"`
+	ID           string    `json:"id,omitempty"`
+	PeerURL      string    `json:"peerURL"`
+	ClaimUID     string    `json:"claimUID,omitempty"`
+	Reason       string    `json:"reason"`
+	StartedAt    time.Time `json:"startedAt"`
+	RunBeforeAdd *PodRun   `json:"runBeforeAdd,omitempty"`
 }
 
 // MarshalJSON writes the intent with its member ID in hexadecimal.
 func (in Intent) MarshalJSON() ([]byte, error) {
-	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt, ExitBeforeAdd: in.ExitBeforeAdd}
+	j := intentJSON{Op: in.Op, Member: in.Member, PeerURL: in.PeerURL, ClaimUID: in.ClaimUID, Reason: in.Reason, StartedAt: in.StartedAt, RunBeforeAdd: in.RunBeforeAdd}
 	if in.ID != 0 {
 		j.ID = etcd.FormatID(in.ID)
 	}
@@ -95,7 +99,7 @@ func (in *Intent) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return fmt.Errorf("failed to parse membership intent: %w", err)
 	}
-	*in = Intent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt, ExitBeforeAdd: j.ExitBeforeAdd}
+	*in = Intent{Op: j.Op, Member: j.Member, PeerURL: j.PeerURL, ClaimUID: j.ClaimUID, Reason: j.Reason, StartedAt: j.StartedAt, RunBeforeAdd: j.RunBeforeAdd}
 	if j.ID != "" {
 		id, err := etcd.ParseID(j.ID)
 		if err != nil {

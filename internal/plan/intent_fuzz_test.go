@@ -13,10 +13,10 @@ func FuzzIntentJSON(f *testing.F) {
 		`{"op":"add","member":"etcd-3","peerURL":"http://etcd-3.etcd.ns.svc:2380","reason":"ScaleOut","startedAt":"2025-01-01T12:00:00Z"}`,
 		`{"op":"replace","member":"etcd-1","id":"8e9e05c52164694d","peerURL":"https://etcd-1.etcd.ns.svc:2380","claimUID":"u","reason":"ReplaceMember","startedAt":"2025-01-01T12:00:00+02:00"}`,
 		`{"op":"remove","member":"etcd-2","id":"0"}`,
-		`{"op":"replace","member":"etcd-1","reason":"ReplaceMember","exitBeforeAdd":{"podUID":"p","restartCount":1,"at":"2025-01-01T12:00:03Z"}}`,
+		`{"op":"replace","member":"etcd-1","reason":"ReplaceMember","runBeforeAdd":{"podUID":"p","startedAt":"2025-01-01T12:00:03Z"}}`,
 		`{"op":"replace","member":"etcd-1","addingAt":"2025-01-01T12:00:03Z"}`,
-		`{"exitBeforeAdd":{}}`,
-		`{"exitBeforeAdd":null}`,
+		`{"runBeforeAdd":{}}`,
+		`{"runBeforeAdd":null}`,
 		`{"id":"ffffffffffffffff"}`,
 		`{"id":"10000000000000000"}`,
 		`{"id":"-1"}`,
@@ -43,9 +43,8 @@ func FuzzIntentJSON(f *testing.F) {
 		}
 		if back.Op != in.Op || back.Member != in.Member || back.ID != in.ID || back.PeerURL != in.PeerURL ||
 			back.ClaimUID != in.ClaimUID || back.Reason != in.Reason || !back.StartedAt.Equal(in.StartedAt) ||
-			(back.ExitBeforeAdd == nil) != (in.ExitBeforeAdd == nil) ||
-			(in.ExitBeforeAdd != nil && (back.ExitBeforeAdd.PodUID != in.ExitBeforeAdd.PodUID ||
-				back.ExitBeforeAdd.RestartCount != in.ExitBeforeAdd.RestartCount || !back.ExitBeforeAdd.At.Equal(in.ExitBeforeAdd.At))) {
+			(back.RunBeforeAdd == nil) != (in.RunBeforeAdd == nil) ||
+			(in.RunBeforeAdd != nil && (back.RunBeforeAdd.PodUID != in.RunBeforeAdd.PodUID || !back.RunBeforeAdd.StartedAt.Equal(in.RunBeforeAdd.StartedAt))) {
 			t.Fatalf("intent %s read as %+v, written as %s, read back as %+v", data, in, b, back)
 		}
 	})

@@ -38,8 +38,11 @@ type Pod struct {
 	// CreatedAt is the pod's creation time.
 	CreatedAt time.Time
 	// LastExitAt is when the etcd container last finished (its current or last termination
-	// state); zero when it never ended.
-	LastExitAt time.Time
+	// state); zero when it never ended. LastExitRunAt is when that run had started.
+	LastExitAt, LastExitRunAt time.Time
+	// RunAt is when the etcd container's latest run started (the one running, else the one
+	// that ended last); zero when it never ran.
+	RunAt time.Time
 	// FailingSince is when the pod last stopped being Ready (the Ready condition's last
 	// transition time), or its creation time when it never was.
 	FailingSince time.Time

@@ -18,7 +18,8 @@ const EtcdContainer = "etcd"
 func PodState(p *Pod, pod *corev1.Pod) {
 	p.Exists, p.Deleting, p.UID = true, pod.DeletionTimestamp != nil, string(pod.UID)
 	p.Revision = pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-	p.FailingSince, p.CreatedAt, p.LastExitAt = pod.CreationTimestamp.Time, pod.CreationTimestamp.Time, time.Time{}
+	p.FailingSince, p.CreatedAt = pod.CreationTimestamp.Time, pod.CreationTimestamp.Time
+	p.LastExitAt, p.LastExitRunAt, p.RunAt = time.Time{}, time.Time{}, time.Time{}
 	p.Running, p.Started, p.CrashLooping, p.RestartCount, p.Problem = false, false, false, 0, ""
 	for _, cond := range pod.Status.Conditions {
 		switch {
@@ -48,9 +49,13 @@ func PodState(p *Pod, pod *corev1.Pod) {
 		p.RestartCount = cs.RestartCount
 		p.CrashLooping = cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
 		if t := cs.State.Terminated; t != nil {
-			p.LastExitAt = t.FinishedAt.Time
+			p.LastExitAt, p.LastExitRunAt = t.FinishedAt.Time, t.StartedAt.Time
 		} else if t := cs.LastTerminationState.Terminated; t != nil {
-			p.LastExitAt = t.FinishedAt.Time
+			p.LastExitAt, p.LastExitRunAt = t.FinishedAt.Time, t.StartedAt.Time
+		}
+		p.RunAt = p.LastExitRunAt
+		if r := cs.State.Running; r != nil {
+			p.RunAt = r.StartedAt.Time
 		}
 		if prob := ContainerProblem(cs); prob != "" || p.Running {
 			p.Problem = prob

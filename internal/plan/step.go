@@ -94,7 +94,7 @@ type Step struct {
 	// Force asks DeletePod for grace period 0.
 	Force bool
 	// Intent is the intent to store (RecordIntent), or to store before the call (AddLearner:
-	// the intent with ExitBeforeAdd set).
+	// the intent with RunBeforeAdd set).
 	Intent *Intent
 	// RequeueAfter is a hint for Wait: when the situation changes by itself.
 	RequeueAfter time.Duration

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,12 @@ func TestMemberWithDeletedVolumeIsReplaced(t *testing.T) {
 	s.allowDown("etcd-1")
 	took := replaceByDeletingVolume(t, ns, "etcd-1")
 	t.Logf("replaced in %s", took.Round(100*time.Millisecond))
+	// Where the time went, from the operator's own log: the steps it took for etcd-1.
+	for _, line := range strings.Split(operatorLogs(), "\n") {
+		if strings.Contains(line, ns) && (strings.Contains(line, "learner") || strings.Contains(line, "refuses")) {
+			t.Log(line)
+		}
+	}
 	if r := s.finish(t); r.FewestHealthyVoters > 2 {
 		t.Errorf("the sampler never saw etcd-1 gone (fewest healthy voters %d of %d): it is not reading etcd", r.FewestHealthyVoters, r.VotersThen)
 	}

@@ -568,14 +568,13 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 		}
 		a := membershipAction{Kind: actAddLearner, Member: name, PeerURL: peerURL, Reason: reason,
 			Message: fmt.Sprintf("adding %s as a learner (%s)", name, peerURL)}
-		// When the pod's etcd has exited (it ran before it was a member) and the intent does
-		// not name that exit yet, the intent is stored with it before etcd is called, so a
-		// later pass knows that exit came before the learner existed (restartedTooEarly).
-		// Only then: each store wakes the controller again, and etcd may refuse the add for
-		// some seconds.
-		if p := v.pods[k]; p.Exists && !p.LastExitAt.IsZero() && !in.ExitBeforeAdd.Is(p) {
+		// When the pod has run etcd (before it was a member) and the intent does not name
+		// that run yet, the intent is stored with it before etcd is called, so a later pass
+		// knows the run started before the learner existed (restartedTooEarly). Only then:
+		// each store wakes the controller again, and etcd may refuse the add for some seconds.
+		if p := v.pods[k]; p.Exists && !p.RunAt.IsZero() && !in.RunBeforeAdd.Latest(p) {
 			adding := in
-			adding.ExitBeforeAdd = &plan.PodExit{PodUID: p.UID, RestartCount: p.RestartCount, At: p.LastExitAt}
+			adding.RunBeforeAdd = &plan.PodRun{PodUID: p.UID, StartedAt: p.RunAt}
 			a.Intent = &adding
 		}
 		return a
@@ -669,13 +668,14 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 }
 
 // restartedTooEarly reports whether the pod of a learner not started yet waits in a crash-loop
-// back-off only because its etcd ran before the learner was added: the pod's last exit is the
-// one stored in the intent before the add (in.ExitBeforeAdd), on the same pod with the same
-// restart count. Any later run or exit, and any pod created since, fail that match, so the
-// rule deletes each pod at most once; a pod whose etcd exited after the add is failing as a
-// learner and is left to lostLearnerPod.
+// back-off only because its etcd ran before the learner was added: the run that ended last is
+// the one stored in the intent before the add (in.RunBeforeAdd), on the same pod. Such a run
+// started with an initial cluster that did not name the learner, so it could only fail. Any
+// later run, and any pod created since, fail that match, so the rule deletes each pod at most
+// once; a pod whose etcd started after the add and exits is failing as a learner and is left
+// to lostLearnerPod.
 func restartedTooEarly(p podInfo, in membershipIntent) bool {
-	return p.Exists && !p.Deleting && p.CrashLooping && !p.Running && in.ExitBeforeAdd.Is(p)
+	return p.Exists && !p.Deleting && p.CrashLooping && !p.Running && in.RunBeforeAdd.Ended(p)
 }
 
 // lostLearnerPod reports whether a learner's pod is failing past the timeout.

@@ -571,7 +571,7 @@ func TestDecideMembership(t *testing.T) {
 func TestMembershipIntentJSON(t *testing.T) {
 	in := membershipIntent{Op: intentReplace, Member: "etc-1", ID: 0x8e9e05c52164694d, PeerURL: mdPeerURL("etc-1"),
 		ClaimUID: "uid-1", Reason: reasonReplaceMember, StartedAt: mdT0,
-		ExitBeforeAdd: &plan.PodExit{PodUID: "pod-1", RestartCount: 1, At: mdT0.Add(3 * time.Second)}}
+		RunBeforeAdd: &plan.PodRun{PodUID: "pod-1", StartedAt: mdT0.Add(3 * time.Second)}}
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -587,7 +587,7 @@ func TestMembershipIntentJSON(t *testing.T) {
 		t.Errorf("round trip: %+v, want %+v", out, in)
 	}
 	add, _ := json.Marshal(membershipIntent{Op: intentAdd, Member: "etc-2"})
-	if strings.Contains(string(add), `"id"`) || strings.Contains(string(add), `"exitBeforeAdd"`) {
+	if strings.Contains(string(add), `"id"`) || strings.Contains(string(add), `"runBeforeAdd"`) {
 		t.Errorf("add intent carries an ID or an add time: %s", add)
 	}
 	if err := json.Unmarshal([]byte(`{"op":"remove","member":"etc-1","id":"xyz"}`), &out); err == nil {

@@ -15,52 +15,54 @@ import (
 // and the kubelet holds the pod in a crash-loop back-off. Such a pod is deleted once.
 
 // replacing is ordinal 1 of three removed and re-added as a learner (ID 0x901, not started);
-// its pod (UID pod-1) was created at created and crash loops since its etcd exited at exited
-// (restart count 1). With stored, the intent names that exit as seen before the add.
+// its pod (UID pod-1) was created at created, ran etcd from created+0.1 s until exited, and
+// crash loops since. With stored, the intent names that run as seen before the add.
 func replacing(stored bool, created, exited time.Time) *mdFix {
 	f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
 		ClaimUID: "uid-1", Reason: reasonReplaceMember})
+	run := created.Add(100 * time.Millisecond)
 	if stored {
-		f.intent.ExitBeforeAdd = &plan.PodExit{PodUID: "pod-1", RestartCount: 1, At: exited}
+		f.intent.RunBeforeAdd = &plan.PodRun{PodUID: "pod-1", StartedAt: run}
 	}
 	f.members = append(f.members, etcd.Member{ID: 0x901, PeerURLs: []string{mdPeerURL("etc-1")}, IsLearner: true})
 	return f.pod(1, func(p *podInfo) {
 		*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new", UID: "pod-1",
-			CrashLooping: true, RestartCount: 1, CreatedAt: created, FailingSince: created, LastExitAt: exited,
+			CrashLooping: true, RestartCount: 1, CreatedAt: created, FailingSince: created, RunAt: run, LastExitRunAt: run, LastExitAt: exited,
 			Problem: "CrashLoopBackOff: back-off 10s restarting failed container"}
+		if exited.IsZero() {
+			p.LastExitRunAt = time.Time{}
+		}
 	})
 }
 
 func sec(s float64) time.Time { return mdT0.Add(time.Duration(s * float64(time.Second))) }
 
-func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
+func TestLearnerPodThatRanBeforeTheAddIsRecreatedOnce(t *testing.T) {
 	// A timeline like the benchmark's: old member removed at -4 s, pod re-created at -3.8 s,
-	// its etcd exits at -3 s, the learner is added at -1 s with that exit stored first; now is
-	// 0. The times only describe the story: the rule compares no clocks.
+	// its etcd runs from -3.7 s, the learner is added at -1 s with that run stored first, the
+	// run exits; now is 0. The times only describe the story: the rule compares no clocks.
 	tests := []struct {
 		name   string
 		fix    *mdFix
 		delete bool
 		reason string
 	}{
-		{name: "the exit stored before the add", fix: replacing(true, sec(-3.8), sec(-3)), delete: true},
-		{name: "the exit stored, whatever the node's clock said of it",
-			fix: func() *mdFix {
-				f := replacing(true, sec(-3.8), sec(40))
-				f.pods[1].CreatedAt, f.pods[1].FailingSince = sec(30), sec(30)
-				return f
-			}(), delete: true},
-		{name: "etcd exited again since (another exit time): failing as a learner, left to replaceAfter",
-			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.LastExitAt = sec(-0.5) }), reason: reasonLearnerStarting},
-		{name: "etcd ran again since (another restart count)",
-			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.RestartCount = 2 }), reason: reasonLearnerStarting},
+		{name: "the run stored before the add exited before it", fix: replacing(true, sec(-3.8), sec(-3)), delete: true},
+		{name: "the run stored before the add exited after it", fix: replacing(true, sec(-3.8), sec(-0.5)), delete: true},
+		{name: "the run stored, whatever the node's clock said of it", fix: replacing(true, sec(30), sec(40)), delete: true},
+		{name: "a later run exited: failing as a learner, left to replaceAfter",
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.RunAt, p.LastExitRunAt, p.LastExitAt = sec(-0.6), sec(-0.6), sec(-0.5) }),
+			reason: reasonLearnerStarting},
 		{name: "another pod (re-created already)",
 			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.UID = "pod-1b" }), reason: reasonLearnerStarting},
-		{name: "no exit stored (an exit the add did not see first)", fix: replacing(false, sec(-3.8), sec(-3)), reason: reasonLearnerStarting},
-		{name: "exited before the add but not in back-off (restarting now)",
+		{name: "no run stored (a run the add did not see first)", fix: replacing(false, sec(-3.8), sec(-3)), reason: reasonLearnerStarting},
+		{name: "never exited", fix: replacing(true, sec(-3.8), time.Time{}).pod(1, func(p *podInfo) { p.CrashLooping = false }),
+			reason: reasonLearnerStarting},
+		{name: "exited but not in back-off (restarting now)",
 			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping = false }), reason: reasonLearnerStarting},
-		{name: "exited before the add, running again",
-			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping, p.Running = false, true }), reason: reasonLearnerStarting},
+		{name: "running again",
+			fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.CrashLooping, p.Running, p.RunAt = false, true, sec(-0.2) }),
+			reason: reasonLearnerStarting},
 		{name: "pod terminating already", fix: replacing(true, sec(-3.8), sec(-3)).pod(1, func(p *podInfo) { p.Deleting = true }),
 			reason: reasonPodTerminating},
 		{name: "learner started (has a name): not this rule",
@@ -91,7 +93,7 @@ func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
 			}
 			// Once: the pod the StatefulSet makes next is another pod; it is left alone
 			// whatever its etcd does, and the learner is still waited for.
-			next := tt.fix.pod(1, func(p *podInfo) { p.UID, p.RestartCount = "pod-1b", 1 })
+			next := tt.fix.pod(1, func(p *podInfo) { p.UID = "pod-1b" })
 			o2 := next.obs()
 			o2.Now = sec(12)
 			if b := plan.Gate(Decide(o2), o2.Evidence()); b.Kind != actWait || b.Reason != reasonLearnerStarting {
@@ -101,29 +103,33 @@ func TestLearnerPodThatExitedBeforeTheAddIsRecreatedOnce(t *testing.T) {
 	}
 }
 
-func TestAddLearnerStoresTheExitItSawFirst(t *testing.T) {
+func TestAddLearnerStoresTheRunItSawFirst(t *testing.T) {
 	// Ordinal 1 was removed; its pod, re-created at -3.8 s, may have run etcd already.
-	fix := func(stored *plan.PodExit, exited time.Time) *mdFix {
+	fix := func(stored *plan.PodRun, run time.Time, running bool) *mdFix {
 		f := cluster3(3).removeMember(1).withIntent(membershipIntent{Op: intentReplace, Member: "etc-1", ID: mdID(1),
-			ClaimUID: "uid-1", Reason: reasonReplaceMember, ExitBeforeAdd: stored})
+			ClaimUID: "uid-1", Reason: reasonReplaceMember, RunBeforeAdd: stored})
 		return f.pod(1, func(p *podInfo) {
 			*p = podInfo{Name: "etc-1", Ordinal: 1, Exists: true, NodeReady: true, PVCExists: true, PVCUID: "uid-new", UID: "pod-1",
-				CreatedAt: sec(-3.8), FailingSince: sec(-3.8), LastExitAt: exited, CrashLooping: !exited.IsZero(), RestartCount: 1}
+				CreatedAt: sec(-3.8), FailingSince: sec(-3.8), RunAt: run, Running: running}
+			if !run.IsZero() && !running {
+				p.LastExitRunAt, p.LastExitAt, p.CrashLooping = run, run.Add(time.Second), true
+			}
 		})
 	}
-	this := &plan.PodExit{PodUID: "pod-1", RestartCount: 1, At: sec(-3)}
+	this := &plan.PodRun{PodUID: "pod-1", StartedAt: sec(-3.7)}
 	tests := []struct {
 		name  string
 		fix   *mdFix
 		store bool
 	}{
-		{name: "etcd has not exited: nothing to store", fix: fix(nil, time.Time{})},
-		{name: "no pod: nothing to store", fix: fix(nil, time.Time{}).noPod(1)},
-		{name: "etcd exited, nothing stored", fix: fix(nil, sec(-3)), store: true},
-		{name: "etcd exited again since the stored exit (a refused attempt)",
-			fix: fix(&plan.PodExit{PodUID: "pod-1", RestartCount: 0, At: sec(-9)}, sec(-3)), store: true},
-		{name: "an exit of another pod is stored", fix: fix(&plan.PodExit{PodUID: "pod-0", RestartCount: 1, At: sec(-3)}, sec(-3)), store: true},
-		{name: "this exit is stored already: not stored again", fix: fix(this, sec(-3))},
+		{name: "etcd has not run: nothing to store", fix: fix(nil, time.Time{}, false)},
+		{name: "no pod: nothing to store", fix: fix(nil, time.Time{}, false).noPod(1)},
+		{name: "etcd runs, nothing stored", fix: fix(nil, sec(-3.7), true), store: true},
+		{name: "etcd ran and exited, nothing stored", fix: fix(nil, sec(-3.7), false), store: true},
+		{name: "a later run than the one stored (a refused attempt)",
+			fix: fix(&plan.PodRun{PodUID: "pod-1", StartedAt: sec(-20)}, sec(-3.7), false), store: true},
+		{name: "a run of another pod is stored", fix: fix(&plan.PodRun{PodUID: "pod-0", StartedAt: sec(-3.7)}, sec(-3.7), false), store: true},
+		{name: "this run is stored already: not stored again", fix: fix(this, sec(-3.7), false)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,7 +146,7 @@ func TestAddLearnerStoresTheExitItSawFirst(t *testing.T) {
 				return
 			}
 			want := before
-			want.ExitBeforeAdd = this
+			want.RunBeforeAdd = this
 			if a.Intent == nil || !reflect.DeepEqual(*a.Intent, want) {
 				t.Errorf("stores %+v, want %+v", a.Intent, want)
 			}
