@@ -50,7 +50,7 @@ func TestPodStateReadsTheEtcdContainerByName(t *testing.T) {
 func TestPodStateReadsCreationAndLastExit(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ended := func(d time.Duration) *corev1.ContainerStateTerminated {
-		return &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(t0.Add(d))}
+		return &corev1.ContainerStateTerminated{ExitCode: 1, StartedAt: metav1.NewTime(t0.Add(d - time.Second)), FinishedAt: metav1.NewTime(t0.Add(d))}
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
 		{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
@@ -62,14 +62,28 @@ func TestPodStateReadsCreationAndLastExit(t *testing.T) {
 	if !p.CreatedAt.Equal(t0) || !p.LastExitAt.Equal(t0.Add(3*time.Second)) || !p.CrashLooping {
 		t.Fatalf("created %v last exit %v crash looping %v", p.CreatedAt, p.LastExitAt, p.CrashLooping)
 	}
+	if !p.LastExitRunAt.Equal(t0.Add(2*time.Second)) || !p.RunAt.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("in back-off: the ended run started %v, the latest run %v; want both %v", p.LastExitRunAt, p.RunAt, t0.Add(2*time.Second))
+	}
 	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: ended(5 * time.Second)}
 	PodState(p, pod)
-	if !p.LastExitAt.Equal(t0.Add(5 * time.Second)) {
-		t.Errorf("terminated now: last exit %v", p.LastExitAt)
+	if !p.LastExitAt.Equal(t0.Add(5*time.Second)) || !p.LastExitRunAt.Equal(t0.Add(4*time.Second)) {
+		t.Errorf("terminated now: last exit %v of the run started %v", p.LastExitAt, p.LastExitRunAt)
 	}
-	pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	// Running again after an exit: the latest run is the one running; the exit is the last one.
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0.Add(20 * time.Second))}}
 	PodState(p, pod)
-	if !p.LastExitAt.IsZero() {
-		t.Errorf("never ended: last exit %v kept from before", p.LastExitAt)
+	if !p.RunAt.Equal(t0.Add(20*time.Second)) || !p.LastExitRunAt.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("running again: latest run %v, ended run %v", p.RunAt, p.LastExitRunAt)
+	}
+	pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}
+	PodState(p, pod)
+	if !p.LastExitAt.IsZero() || !p.LastExitRunAt.IsZero() || !p.RunAt.Equal(t0) {
+		t.Errorf("never ended: last exit %v (run %v) kept from before, latest run %v", p.LastExitAt, p.LastExitRunAt, p.RunAt)
+	}
+	pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+	PodState(p, pod)
+	if !p.RunAt.IsZero() {
+		t.Errorf("never ran: latest run %v kept from before", p.RunAt)
 	}
 }
