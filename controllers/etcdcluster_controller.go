@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sort"
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
@@ -112,6 +114,10 @@ type EtcdClusterReconciler struct {
 	// missingSince remembers since when member pods have been missing (see missingPods).
 	missingMu    sync.Mutex
 	missingSince map[string]time.Time
+
+	// waker starts a pass when etcd shows what a waiting pass looked for (nil without a
+	// manager: then only the requeue does).
+	waker *etcdWaker
 }
 
 // apiReader is APIReader, or Client when none is set.
@@ -155,6 +161,9 @@ func (r *EtcdClusterReconciler) init() {
 // controller's own writes) do not trigger a pass.
 func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
+	r.waker = newEtcdWaker(func(ctx context.Context, endpoints []string, cfg *tls.Config) (etcd.Client, error) {
+		return r.DialEtcd(ctx, endpoints, cfg)
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
@@ -171,6 +180,8 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clusterOfCertManagerSecret)).
 		Watches(&v1alpha1.EtcdBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabel)).
+		// What etcd shows while a pass waits on it (see etcdWaker).
+		WatchesRawSource(source.Channel(r.waker.events, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 
@@ -431,6 +442,8 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if backupNext > 0 && backupNext < next {
 		next = backupNext + 100*time.Millisecond // past the schedule time, not just before it
 	}
+	// A planner that asks for a look this soon waits on etcd: watch it until then.
+	r.waker.set(c, wakeWatchOf(obs, topo), next)
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
