@@ -109,7 +109,7 @@ func (w *etcdWaker) run(ctx context.Context, run *wakeRun, c *v1alpha1.EtcdClust
 	}
 	// A context without an owner: a caching dialer opens a client of the watch's own, which
 	// Close closes, instead of taking one of the cluster's cached clients' places.
-	cl, err := w.dial(context.WithoutCancel(context.Background()), endpoints, ww.tls)
+	cl, err := w.dial(context.Background(), endpoints, ww.tls)
 	if err != nil {
 		return
 	}
