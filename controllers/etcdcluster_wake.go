@@ -27,6 +27,10 @@ const (
 	// wakeCallTimeout bounds each of a watch's calls (a member that accepts connections before
 	// it serves holds a call until it serves).
 	wakeCallTimeout = 200 * time.Millisecond
+	// wakeMaxWatches bounds the watches running at once, over all clusters (each holds a
+	// client and asks etcd 20 times a second); beyond it a pass waits for its requeue, as
+	// without watches.
+	wakeMaxWatches = 64
 )
 
 // etcdWaker starts a pass as soon as etcd shows what a waiting pass looked for, instead of at
@@ -84,7 +88,7 @@ func (w *etcdWaker) set(c *v1alpha1.EtcdCluster, ww wakeWatch, until time.Durati
 			delete(w.woken, uid)
 		}
 	}
-	if ww.empty() || until <= 0 || until > wakeWithin {
+	if ww.empty() || until <= 0 || until > wakeWithin || len(w.watches) >= wakeMaxWatches {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), until)

@@ -95,6 +95,17 @@ func TestEtcdWakerWakesWhenEtcdShowsTheChange(t *testing.T) {
 		}
 	})
 
+	t.Run("no more than wakeMaxWatches at once", func(t *testing.T) {
+		w := newEtcdWaker(etcd.Dial)
+		for i := 0; i < wakeMaxWatches; i++ {
+			w.set(newCluster(), wakeWatch{silent: []string{down}}, wakeWithin)
+		}
+		w.set(newCluster(), wakeWatch{silent: []string{up}}, wakeWithin)
+		if d := woke(w); d >= 0 {
+			t.Fatalf("a watch beyond the bound woke after %s", d)
+		}
+	})
+
 	t.Run("woken at most once per wakeWithin, and a pass replaces the watch", func(t *testing.T) {
 		w := newEtcdWaker(etcd.Dial)
 		c := newCluster()
