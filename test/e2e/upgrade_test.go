@@ -102,7 +102,9 @@ func watchEarlyReconciled(t testing.TB, ns string, gen int64, version string) fu
 			}
 			var wrong []string
 			for i := 0; i < 3; i++ {
-				sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+				// Not the watch's context: stopping the watch waits for a check under way
+				// rather than cancelling it into a finding.
+				sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 				st, err := cli.Status(sctx, endpoint(ns, i))
 				scancel()
 				switch {
