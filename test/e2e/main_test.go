@@ -55,7 +55,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	// ETCD_PILOT_E2E_KEEP=1 keeps the local cluster's folder (component, operator and pod
+	// logs) after the run, to read a failure's logs in full.
+	if os.Getenv("ETCD_PILOT_E2E_KEEP") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		defer fmt.Fprintf(os.Stderr, "kept the local cluster's folder %s\n", dir)
+	}
 
 	up, err := startLocal()
 	if err != nil {
