@@ -2,6 +2,7 @@ package charts_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -446,11 +448,39 @@ func TestOperatorChartDeploymentIsConfigs(t *testing.T) {
 					t.Errorf("%s differ from config/manager/manager.yaml's:\n got %+v\nwant %+v", c.what, c.got, c.want)
 				}
 			}
+			// Both spread the replicas over nodes, each selecting its own pods.
+			for _, a := range []struct {
+				what string
+				d    *appsv1.Deployment
+			}{{"the chart", d}, {"config/manager", cfg}} {
+				if err := prefersOtherNodes(a.d); err != nil {
+					t.Errorf("%s: %v", a.what, err)
+				}
+			}
 			if got.Image != "etcd-pilot:"+loadOperatorChart(t).Metadata.AppVersion {
 				t.Errorf("the default image is %s, want etcd-pilot:<appVersion>", got.Image)
 			}
 		})
 	}
+}
+
+// prefersOtherNodes checks that d's pods prefer nodes without another of its pods.
+func prefersOtherNodes(d *appsv1.Deployment) error {
+	a := d.Spec.Template.Spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+		return fmt.Errorf("no preferred pod anti-affinity: %+v", a)
+	}
+	term := a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm
+	sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+	switch {
+	case err != nil:
+		return err
+	case term.TopologyKey != "kubernetes.io/hostname":
+		return fmt.Errorf("topology key %s", term.TopologyKey)
+	case term.LabelSelector == nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)):
+		return fmt.Errorf("selector %v does not select the pods' labels %v", term.LabelSelector, d.Spec.Template.Labels)
+	}
+	return nil
 }
 
 // The metrics Service is config/manager/metrics_service.yaml's and selects the operator's pods.
@@ -605,6 +635,9 @@ func TestOperatorChartValues(t *testing.T) {
 	d = typedDeployment(t, mustRenderOperatorChart(t, "pilot", "ops", map[string]any{"replicaCount": 1, "leaderElection": map[string]any{"enabled": false}}).objects, "pilot")
 	if slices.Contains(managerContainer(t, d).Args, "--leader-elect") {
 		t.Error("leaderElection.enabled=false still passes --leader-elect")
+	}
+	if d.Spec.Template.Spec.Affinity != nil {
+		t.Errorf("one replica has an anti-affinity to itself: %+v", d.Spec.Template.Spec.Affinity)
 	}
 
 	// No ServiceAccount of its own: the pods run as the one named, and the bindings name it.
