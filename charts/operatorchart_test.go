@@ -618,7 +618,8 @@ func TestOperatorChartValues(t *testing.T) {
 		t.Errorf("extraArgs: %q", c.Args)
 	case len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "pull":
 		t.Errorf("imagePullSecrets %v", spec.ImagePullSecrets)
-	case *d.Spec.Replicas != 3 || spec.NodeSelector["role"] != "ops" || len(spec.Tolerations) != 1 || spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil:
+	case *d.Spec.Replicas != 3 || spec.NodeSelector["role"] != "ops" || len(spec.Tolerations) != 1 || spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil ||
+		len(spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 || spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].Weight != 1: // the given affinity replaces the default
 		t.Errorf("placement: replicas %d nodeSelector %v tolerations %v affinity %v", *d.Spec.Replicas, spec.NodeSelector, spec.Tolerations, spec.Affinity)
 	case c.Resources.Limits.Memory().String() != "1Gi" || c.Resources.Requests.Cpu().String() != "50m": // Helm merges maps with the defaults
 		t.Errorf("resources %v", c.Resources)

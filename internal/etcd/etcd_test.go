@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -617,6 +618,8 @@ func TestStatusOfAMemberShuttingDownEndsWhenItsPortCloses(t *testing.T) {
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The signal is delivered asynchronously: wait until the process is stopped (state T).
+	eventuallyStopped(t, proc.Pid)
 	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	type result struct {
@@ -647,4 +650,22 @@ func TestStatusOfAMemberShuttingDownEndsWhenItsPortCloses(t *testing.T) {
 		t.Fatalf("the status call ended %s after the port closed, want within about the 100 ms between port checks", after)
 	}
 	t.Logf("ended %s after the kill with: %v", after.Round(time.Millisecond), r.err)
+}
+
+// eventuallyStopped waits until process pid is stopped by a signal.
+func eventuallyStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling the process's state, no event to wait on
+	}
+	t.Fatalf("process %d did not stop within 5 s of SIGSTOP", pid)
 }

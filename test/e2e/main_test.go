@@ -61,8 +61,8 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// ETCD_PILOT_E2E_KEEP=1 keeps the local cluster's folder (component, operator and pod
-	// logs) after the run, to read a failure's logs in full.
+	// ETCD_PILOT_E2E_KEEP set to anything but empty keeps the local cluster's folder
+	// (component, operator and pod logs) after the run, to read a failure's logs in full.
 	if os.Getenv("ETCD_PILOT_E2E_KEEP") == "" {
 		defer os.RemoveAll(dir)
 	} else {
