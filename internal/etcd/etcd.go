@@ -659,6 +659,9 @@ func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall
 		return Observed{}, len(answered), err
 	}
 	o := Observed{Cluster: cl, Status: map[uint64]MemberStatus{}, StatusErr: map[uint64]error{}}
+	// Everything that needs no call is recorded before any call starts: the calls write the
+	// same maps (a write here while a call's goroutine wrote ended the process).
+	var toAsk []Member
 	for _, m := range cl.Members {
 		switch st, ok := answered[m.ID]; {
 		case ok:
@@ -668,19 +671,22 @@ func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall
 		case asked[m.ClientURLs[0]]:
 			o.StatusErr[m.ID] = errors.New("member did not answer")
 		default:
-			wg.Go(func() {
-				sctx, cancel := context.WithTimeout(ctx, perCall)
-				defer cancel()
-				st, err := c.Status(sctx, m.ClientURLs[0])
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					o.StatusErr[m.ID] = err
-					return
-				}
-				o.Status[m.ID] = st
-			})
+			toAsk = append(toAsk, m)
 		}
+	}
+	for _, m := range toAsk {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, perCall)
+			defer cancel()
+			st, err := c.Status(sctx, m.ClientURLs[0])
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				o.StatusErr[m.ID] = err
+				return
+			}
+			o.Status[m.ID] = st
+		})
 	}
 	wg.Wait()
 	return o, len(answered), nil

@@ -598,3 +598,41 @@ func TestStatusAnswersSoonAfterAFailedConnectAttempt(t *testing.T) {
 	}
 	t.Logf("answered %s after a failed connect attempt (%d look-ups)", took.Round(time.Millisecond), n)
 }
+
+// TestObserveEndpointsRecordsEveryMemberWhileCallsRun: the status calls made after the member
+// list run concurrently with the loop that records members which need no call (not started
+// yet, or asked already and silent). Both write the same maps. The fake answers at once, so
+// calls finish while the loop still runs; run with -race (make test-race) this fails on an
+// unguarded write, and without it the runtime's own check often ends the process.
+func TestObserveEndpointsRecordsEveryMemberWhileCallsRun(t *testing.T) {
+	const n = 64
+	f := &etcd.Fake{State: etcd.Cluster{ClusterID: 1}, Statuses: map[string]etcd.MemberStatus{"a": {ID: 1, Leader: 1}}}
+	f.State.Members = append(f.State.Members, etcd.Member{ID: 1, Name: "a", ClientURLs: []string{"a"}})
+	asked := []string{"a"}
+	for i := 2; i <= n; i++ {
+		ep := fmt.Sprintf("m%d", i)
+		m := etcd.Member{ID: uint64(i), Name: ep, ClientURLs: []string{ep}}
+		switch i % 4 {
+		case 0: // answers when asked after the member list
+			f.Statuses[ep] = etcd.MemberStatus{ID: uint64(i), Leader: 1}
+		case 1: // fails when asked after the member list
+		case 2: // asked first, did not answer
+			asked = append(asked, ep)
+		case 3: // listed, not started
+			m.ClientURLs = nil
+		}
+		f.State.Members = append(f.State.Members, m)
+	}
+	for round := 0; round < 200; round++ {
+		obs, _, err := etcd.ObserveEndpoints(context.Background(), f, asked, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(obs.Status) + len(obs.StatusErr); got != n {
+			t.Fatalf("round %d: %d members recorded, want %d", round, got, n)
+		}
+		if want := 1 + n/4; len(obs.Status) != want {
+			t.Fatalf("round %d: %d members answered, want %d", round, len(obs.Status), want)
+		}
+	}
+}
