@@ -14,7 +14,9 @@ IMG ?= etcd-pilot:$(VERSION)
 CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 CONTROLLER_TOOLS_VERSION := v0.23.0
 CONTROLLER_GEN := bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
-GO_TEST_FLAGS ?= -count=1 -timeout 30m
+# The unit and envtest suites run with the race detector: the operator's passes run calls
+# concurrently, and a race there ends the process (it did, in ObserveEndpoints).
+GO_TEST_FLAGS ?= -count=1 -race -timeout 30m
 # The end-to-end suite takes about 32 minutes on 2 cores; the limit leaves room for a slow
 # machine without letting a hung test eat the CI run.
 E2E_TEST_FLAGS ?= -count=1 -timeout 55m

@@ -72,18 +72,21 @@ func updateTLS(t *testing.T, ns string, spec *v1alpha1.TLSSpec) {
 }
 
 // publish makes the fake etcd's members publish client URLs of the schemes given and answer
-// on each.
+// on each. It edits under the fake's lock: the operator reads the fake meanwhile.
 func publish(f *etcd.Fake, ns string, schemes ...string) {
-	for i := range f.State.Members {
-		m := &f.State.Members[i]
-		st := f.Statuses[m.ClientURLs[0]]
-		m.ClientURLs = nil
-		for _, s := range schemes {
-			u := fmt.Sprintf("%s://etcd-%d.etcd.%s.svc:2379", s, i, ns)
-			m.ClientURLs = append(m.ClientURLs, u)
-			f.Statuses[u] = st
+	f.Edit(func(state *etcd.Cluster, statuses map[string]etcd.MemberStatus) {
+		for i := range state.Members {
+			m := &state.Members[i]
+			st := statuses[m.ClientURLs[0]]
+			var urls []string
+			for _, s := range schemes {
+				u := fmt.Sprintf("%s://etcd-%d.etcd.%s.svc:2379", s, i, ns)
+				urls = append(urls, u)
+				statuses[u] = st
+			}
+			m.ClientURLs = urls
 		}
-	}
+	})
 }
 
 // TestClientTLSSwitchedOnThroughBoth: a plain cluster given tls.client (no acceptPlain) is
