@@ -50,6 +50,13 @@ func Binary(t testing.TB, name string) string {
 // returns once /readyz answers and kills the process when t's cleanup runs.
 func Start(t testing.TB, ip string, flags ...string) string {
 	t.Helper()
+	url, _ := StartProcess(t, ip, flags...)
+	return url
+}
+
+// StartProcess is Start that also returns the etcd process, for a test that signals it.
+func StartProcess(t testing.TB, ip string, flags ...string) (string, *os.Process) {
+	t.Helper()
 	client := fmt.Sprintf("http://%s:2379", ip)
 	peer := fmt.Sprintf("http://%s:2380", ip)
 	metrics := fmt.Sprintf("http://%s:2381", ip)
@@ -84,11 +91,11 @@ func Start(t testing.TB, ip string, flags ...string) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return client
+				return client, cmd.Process
 			}
 		}
 		time.Sleep(pollInterval)
 	}
 	t.Fatalf("etcd at %s did not become ready within %s", client, readyTimeout)
-	return ""
+	return "", nil
 }
