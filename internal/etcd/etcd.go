@@ -344,7 +344,7 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 	if err := c.refused(ctx, endpoint); err != nil {
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
 	}
-	resp, err := c.statusUnlessRefused(ctx, endpoint)
+	resp, err := c.c.Status(ctx, endpoint)
 	if err != nil {
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, err)
 	}
@@ -359,51 +359,6 @@ func (c *client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 		st.ClusterVersion = v.Cluster
 	}
 	return st, nil
-}
-
-// refusedPoll is how often a status call that has not been answered yet tries its member's
-// port, to end the call once the port refuses connections.
-const refusedPoll = 100 * time.Millisecond
-
-// statusUnlessRefused is the status call, ended early when the member's port starts to
-// refuse connections while it waits. A member that is shutting down (its pod deleted, etcd
-// handling SIGTERM) still accepts connections on its client port for a while but no longer
-// serves them, and clientv3 waits for a ready connection until the call's deadline: found
-// with a real etcd, a call made at its SIGTERM took the whole 3 s per-call timeout, and a
-// pass of the replacement benchmark stood still for 3 s on such a call, with the pod events
-// that followed waiting behind it. The check before the call cannot see this: the port still
-// accepted then. The first check comes refusedPoll after the call started, so a call that
-// is answered at once opens no connection besides its own (against a TLS member, each such
-// check is a connection etcd logs as rejected).
-func (c *client) statusUnlessRefused(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(refusedPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if err := c.refused(cctx, endpoint); err != nil {
-				cancel(err)
-				return
-			}
-		}
-	}()
-	resp, err := c.c.Status(cctx, endpoint)
-	close(done)
-	if err != nil {
-		// The cause is the refused connection when the check ended the call, whatever the
-		// caller's context did after; else the caller's own cancellation or deadline.
-		if cause := context.Cause(cctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-			return nil, cause
-		}
-	}
-	return resp, err
 }
 
 // versionHTTP reads /version; it keeps no idle connections (one call per member per pass).

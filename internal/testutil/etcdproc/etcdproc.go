@@ -50,13 +50,6 @@ func Binary(t testing.TB, name string) string {
 // returns once /readyz answers and kills the process when t's cleanup runs.
 func Start(t testing.TB, ip string, flags ...string) string {
 	t.Helper()
-	url, _ := StartProcess(t, ip, flags...)
-	return url
-}
-
-// StartProcess is Start that also returns the etcd process, for a test that signals it.
-func StartProcess(t testing.TB, ip string, flags ...string) (string, *os.Process) {
-	t.Helper()
 	client := fmt.Sprintf("http://%s:2379", ip)
 	peer := fmt.Sprintf("http://%s:2380", ip)
 	metrics := fmt.Sprintf("http://%s:2381", ip)
@@ -91,11 +84,11 @@ func StartProcess(t testing.TB, ip string, flags ...string) (string, *os.Process
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return client, cmd.Process
+				return client
 			}
 		}
 		time.Sleep(pollInterval)
 	}
 	t.Fatalf("etcd at %s did not become ready within %s", client, readyTimeout)
-	return "", nil
+	return ""
 }
