@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -280,7 +281,75 @@ func namespace(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	start := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the operator while the test ran:\n%s", operatorWindow(start.Add(-time.Second), 200))
+		}
+	})
 	return ns.Name
+}
+
+// logTS finds the time stamp of a zap JSON log line.
+var logTS = regexp.MustCompile(`"ts":"([^"]+)"`)
+
+// operatorWindow is what the operator did since from: the state of its pods, then the last
+// max lines its containers logged since then, in time order, each with its pod. The log the
+// suite prints at its end is the tail of every pod's file, which by then shows later tests.
+func operatorWindow(from time.Time, max int) string {
+	var b strings.Builder
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(operatorNamespace), operatorLabels); err == nil {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "pod %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+			for _, cs := range p.Status.ContainerStatuses {
+				fmt.Fprintf(&b, ", %s ready %v restarts %d", cs.Name, cs.Ready, cs.RestartCount)
+				if w := cs.State.Waiting; w != nil {
+					fmt.Fprintf(&b, " waiting %s", w.Reason)
+				}
+				if l := cs.LastTerminationState.Terminated; l != nil {
+					fmt.Fprintf(&b, " last exit %d at %s", l.ExitCode, l.FinishedAt.UTC().Format("15:04:05"))
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var lines []line
+	files, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "logs", operatorNamespace+"_*_manager.log"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pod := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), operatorNamespace+"_"), "_manager.log")
+		var at time.Time // lines without a stamp (a stack trace) go with the line before
+		for _, l := range strings.Split(string(data), "\n") {
+			if m := logTS.FindStringSubmatch(l); m != nil {
+				if ts, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+					at = ts
+				}
+			}
+			if l != "" && !at.Before(from) {
+				if len(l) > 600 {
+					l = l[:600] + "..."
+				}
+				lines = append(lines, line{at, pod + " " + l})
+			}
+		}
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at.Before(lines[j].at) })
+	if len(lines) > max {
+		fmt.Fprintf(&b, "(%d earlier lines left out)\n", len(lines)-max)
+		lines = lines[len(lines)-max:]
+	}
+	for _, l := range lines {
+		b.WriteString(l.text + "\n")
+	}
+	return b.String()
 }
 
 // eventually polls cond until it returns nil or the timeout passes.
