@@ -602,7 +602,7 @@ func TestStatusAnswersSoonAfterAFailedConnectAttempt(t *testing.T) {
 // TestObserveEndpointsRecordsEveryMemberWhileCallsRun: the status calls made after the member
 // list run concurrently with the loop that records members which need no call (not started
 // yet, or asked already and silent). Both write the same maps. The fake answers at once, so
-// calls finish while the loop still runs; run with -race (make test-race) this fails on an
+// calls finish while the loop still runs; run with -race (as make test does) this fails on an
 // unguarded write, and without it the runtime's own check often ends the process.
 func TestObserveEndpointsRecordsEveryMemberWhileCallsRun(t *testing.T) {
 	const n = 64

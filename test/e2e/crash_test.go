@@ -35,6 +35,7 @@ func operatorCrashes(t *testing.T) int {
 // none): it then exits right after each such membership step, and is restarted.
 func restartOperator(t *testing.T, after string) {
 	t.Helper()
+	logOperatorIfFailed(t)
 	if out, err := local(t, "operator", "stop"); err != nil {
 		t.Fatalf("operator stop: %v %s", err, out)
 	}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -281,13 +282,36 @@ func namespace(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
-	start := time.Now()
+	testStarts.Store(t, &testStart{at: time.Now()})
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the operator while the test ran:\n%s", operatorWindow(start.Add(-time.Second), 200))
-		}
+		logOperatorIfFailed(t)
+		testStarts.Delete(t)
 	})
 	return ns.Name
+}
+
+// testStarts holds when each running test made its namespace (a *testStart by testing.TB).
+var testStarts sync.Map
+
+type testStart struct {
+	at     time.Time
+	logged sync.Once
+}
+
+// logOperatorIfFailed logs, once, what the operator did since the failed test t began. The
+// namespace's cleanup calls it, and so does restartOperator before it replaces the operator's
+// pods: a test's own cleanup that restarts the operator runs before the namespace's, and
+// would otherwise replace the pods whose state and restarts the log is for.
+func logOperatorIfFailed(t testing.TB) {
+	if !t.Failed() {
+		return
+	}
+	if v, ok := testStarts.Load(t); ok {
+		s := v.(*testStart)
+		s.logged.Do(func() {
+			t.Logf("the operator while the test ran:\n%s", operatorWindow(s.at.Add(-time.Second), 200))
+		})
+	}
 }
 
 // logTS finds the time stamp of a zap JSON log line.
@@ -299,7 +323,11 @@ var logTS = regexp.MustCompile(`"ts":"([^"]+)"`)
 func operatorWindow(from time.Time, max int) string {
 	var b strings.Builder
 	pods := &corev1.PodList{}
-	if err := k8s.List(context.Background(), pods, client.InNamespace(operatorNamespace), operatorLabels); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k8s.List(ctx, pods, client.InNamespace(operatorNamespace), operatorLabels); err != nil {
+		fmt.Fprintf(&b, "failed to list the operator's pods: %v\n", err)
+	} else {
 		for _, p := range pods.Items {
 			fmt.Fprintf(&b, "pod %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
 			for _, cs := range p.Status.ContainerStatuses {
