@@ -327,27 +327,83 @@ func (r *EtcdClusterReconciler) ensureFoundingConfig(ctx context.Context, c *v1a
 		return client.IgnoreNotFound(err)
 	}
 	list := foundingList(t, specReplicas(c))
-	return r.applyMembershipConfig(ctx, c, list, map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"})
+	return r.applyMembershipConfig(ctx, c, list, map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}, "")
 }
 
-// ensureMembershipConfig applies the membership ConfigMap when its data differs, keeping the
-// founding list recorded.
+// MembersAnnotation on the membership ConfigMap records the last etcd member list the operator
+// read (plan.MemberRecord, JSON): etcd serves its member list only through a quorum, so this
+// is who voted when a quorum last answered. Disaster recovery counts voters from it. It is
+// written whenever a pass reads a list that differs from it, before that pass's step runs.
+const MembersAnnotation = "etcdpilot.io/members"
+
+// ensureMembershipConfig applies the membership ConfigMap when its data or the member record
+// differs, keeping the founding list recorded. The member record is etcd's member list of
+// this pass when it was read, else the one recorded.
 func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation) error {
 	data := membership.InitialCluster(mo)
 	name := values.MembershipConfigMapName(c.Name)
 	cur := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, cur)
-	if err == nil && mapsEqual(cur.Data, data) && cur.Annotations[FoundersAnnotation] != "" {
-		return nil
-	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to get ConfigMap %s/%s: %w", c.Namespace, name, err)
 	}
-	return r.applyMembershipConfig(ctx, c, mo.FoundingList, data)
+	record := cur.Annotations[MembersAnnotation]
+	if mo.Etcd != nil && mo.Etcd.Cluster.ClusterID != 0 && len(mo.Etcd.Cluster.Members) > 0 && !mo.SplitBrain {
+		limit := max(mo.StsReplicas, mo.Desired, mo.Founders)
+		now := plan.RecordOf(*mo.Etcd, t.statefulSet, t.peerURL, limit, mo.Now)
+		if old, ok := parseMemberRecord(record); !ok || !old.SameMembers(now) {
+			b, err := json.Marshal(now)
+			if err != nil {
+				return fmt.Errorf("failed to encode the member record: %w", err)
+			}
+			record = string(b)
+		}
+	}
+	if err == nil && mapsEqual(cur.Data, data) && cur.Annotations[FoundersAnnotation] != "" && cur.Annotations[MembersAnnotation] == record {
+		return nil
+	}
+	if mo.Etcd == nil && err == nil {
+		// The record is carried over as it is stored: the cache may show an older one.
+		fresh := &corev1.ConfigMap{}
+		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, fresh); err != nil {
+			return fmt.Errorf("failed to get ConfigMap %s/%s: %w", c.Namespace, name, err)
+		}
+		record = fresh.Annotations[MembersAnnotation]
+	}
+	return r.applyMembershipConfig(ctx, c, mo.FoundingList, data, record)
 }
 
-// applyMembershipConfig applies the membership ConfigMap with data and the founding list.
-func (r *EtcdClusterReconciler) applyMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, founders []string, data map[string]string) error {
+// parseMemberRecord reads a MembersAnnotation value; ok is false when there is none or it
+// cannot be read (then no record is known).
+func parseMemberRecord(raw string) (plan.MemberRecord, bool) {
+	var rec plan.MemberRecord
+	if raw == "" || json.Unmarshal([]byte(raw), &rec) != nil {
+		return plan.MemberRecord{}, false
+	}
+	return rec, true
+}
+
+// memberRecord reads the recorded member list from the API server (nil when none is
+// recorded, or it cannot be read: then who votes is not known).
+func (r *EtcdClusterReconciler) memberRecord(ctx context.Context, c *v1alpha1.EtcdCluster) (*plan.MemberRecord, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("failed to get the membership ConfigMap of %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	rec, ok := parseMemberRecord(cm.Annotations[MembersAnnotation])
+	if !ok {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// applyMembershipConfig applies the membership ConfigMap with data, the founding list and the
+// member record ("" drops it: the ConfigMap's field owner no longer sets it).
+func (r *EtcdClusterReconciler) applyMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, founders []string, data map[string]string, record string) error {
 	name := values.MembershipConfigMapName(c.Name)
 	cm := &unstructuredv1.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
@@ -365,6 +421,9 @@ func (r *EtcdClusterReconciler) applyMembershipConfig(ctx context.Context, c *v1
 		},
 		"data": toAnyMap(data),
 	}}
+	if record != "" {
+		cm.Object["metadata"].(map[string]any)["annotations"].(map[string]any)[MembersAnnotation] = record
+	}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.FieldOwner(MembershipFieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("failed to apply ConfigMap %s/%s: %w", c.Namespace, name, err)
 	}

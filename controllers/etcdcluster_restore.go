@@ -23,7 +23,6 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
@@ -60,6 +59,13 @@ func (l *lostQuorum) observe(uid types.UID, lost bool, now time.Time) time.Time 
 	return now
 }
 
+// lostSince is since when quorum has been seen lost (and hopeless), zero when it is not.
+func (l *lostQuorum) lostSince(uid types.UID) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.since[uid]
+}
+
 // snapshotSource is a resolved snapshot: where the restore pods read it, and how.
 type snapshotSource struct {
 	restore.Source
@@ -77,7 +83,7 @@ func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
 // reconcileRestore observes, asks the restore planner, passes the gate and carries out one
 // restore step. It returns a step of kind None when no restore is wanted or under way.
 func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, desired []*unstructured) (plan.Step, error) {
-	ro, srcs, err := r.restoreObservation(ctx, c, t, o)
+	ro, srcs, ev, err := r.restoreObservation(ctx, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
 	}
@@ -85,8 +91,9 @@ func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha
 	if a.Kind == plan.None {
 		return a.Step, nil
 	}
-	ev := plan.Evidence{Etcd: o.etcd, StatefulSet: t.statefulSet, StsReplicas: ro.StsReplicas, Desired: specReplicas(c),
-		Formed: c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0), PeerURL: t.peerURL, MaxLag: learnerMaxLag}
+	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.etcd, o.answers, t.statefulSet, ro.StsReplicas, specReplicas(c)
+	ev.Formed = c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0)
+	ev.PeerURL, ev.MaxLag = t.peerURL, learnerMaxLag
 	gated := plan.Gate(a.Step, ev)
 	if gated.Kind != a.Kind {
 		return gated, nil
@@ -97,9 +104,12 @@ func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha
 // restoreSources are the sources the observation resolved, by location.
 type restoreSources map[string]snapshotSource
 
-func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (restore.Observation, restoreSources, error) {
-	srcs := restoreSources{}
-	ro := restore.Observation{
+// restoreObservation gathers the restore planner's view, and the evidence the gate reads for
+// a disaster recovery's steps (pods, claims, the recorded member list; empty while etcd shows
+// a serving quorum).
+func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (ro restore.Observation, srcs restoreSources, drEv plan.Evidence, err error) {
+	srcs = restoreSources{}
+	ro = restore.Observation{
 		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: c.Status.Restore,
 		Formed: c.Status.ClusterID != "", Policy: c.Spec.DisasterRecovery.Policy, After: time.Minute,
 		MaxAttempts: restoreMaxAttempts, Now: o.now,
@@ -116,7 +126,7 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 	if b := c.Spec.Bootstrap; b != nil && !ro.Formed {
 		s, problem, err := r.bootstrapSource(ctx, c, b)
 		if err != nil {
-			return ro, srcs, err
+			return ro, srcs, drEv, err
 		}
 		// Bootstrap is set whenever spec.bootstrap is, also with a problem: the planner
 		// reports BootstrapProblem only for a bootstrap it sees.
@@ -128,28 +138,49 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 			srcs[s.Location] = s
 		}
 	}
-	// Quorum, from etcd in this pass.
-	lost := false
-	if ro.Formed {
-		lost = o.etcd == nil || !serving(*o.etcd)
-	}
-	ro.QuorumLost = lost
+	// Quorum and the members' data, proved from what this pass read: etcd's answers, and the
+	// pods, claims and recorded member list read past the cache. A cluster etcd shows serving
+	// needs none of it.
 	ro.Ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 	stopping := c.Status.Restore != nil && c.Status.Restore.Phase == v1alpha1.RestoreStopping
-	if lost || stopping {
-		if err := r.dataHolders(ctx, c, t, o, &ro); err != nil {
-			return ro, srcs, err
+	servingNow := o.etcd != nil && plan.Serving(*o.etcd)
+	if ro.Formed && (!servingNow || stopping) {
+		ev, err := r.recoveryEvidence(ctx, c, t)
+		if err != nil {
+			return ro, srcs, drEv, err
 		}
+		drEv = ev
+		state, why := plan.JudgeQuorum(plan.QuorumEvidence{Etcd: o.etcd, Answers: o.answers, Record: ev.Record, Intent: ev.Intent, Pods: ev.Pods})
+		switch state {
+		case plan.QuorumLost:
+			ro.QuorumLost = true
+		case plan.QuorumUnknown:
+			ro.QuorumUnknown = why
+			if o.etcdErr != nil {
+				ro.QuorumUnknown += " (the operator's last etcd error: " + o.etcdErr.Error() + ")"
+			}
+		}
+		d := plan.JudgeData(ev.Record, ev.Intent, ev.Pods)
+		ro.Voters, ro.DataKept, ro.DataMayReturn = d.Voters, d.Kept, d.Why
+		for i, name := range d.Gone {
+			ro.DataGone = append(ro.DataGone, name+" ("+d.GoneWhy[i]+")")
+		}
+		// The wait before a disaster recovery counts from when a majority's data is known to
+		// be gone, not from when quorum was lost (members may have been down for long, with
+		// their data, before their claims went). A pass that proves nothing either way
+		// neither starts nor resets it.
+		if state != plan.QuorumUnknown {
+			r.quorumLoss.observe(c.UID, state == plan.QuorumLost && d.Hopeless, o.now)
+		}
+	} else {
+		r.quorumLoss.observe(c.UID, false, o.now)
 	}
-	// The wait before a disaster recovery counts from when a majority's data is known to be
-	// gone, not from when quorum was lost (members may have been down for long, with their
-	// data, before their claims went).
-	hopeless := lost && ro.Voters > 0 && int32(len(ro.DataKept)) < plan.Quorum(ro.Voters)
-	ro.QuorumLostSince = r.quorumLoss.observe(c.UID, hopeless, o.now)
+	ro.QuorumLostSince = r.quorumLoss.lostSince(c.UID)
+	lost := ro.QuorumLost
 	if lost || restore.Active(c.Status.Restore) {
 		latest, err := r.latestBackup(ctx, c)
 		if err != nil {
-			return ro, srcs, err
+			return ro, srcs, drEv, err
 		}
 		if latest != nil {
 			ro.Latest = &latest.Source
@@ -161,7 +192,7 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 			// The source of a restore under way, resolved again from what it recorded.
 			s, problem, err := r.recordedSource(ctx, c, rec)
 			if err != nil {
-				return ro, srcs, err
+				return ro, srcs, drEv, err
 			}
 			if problem != "" {
 				ro.SourceProblem = problem
@@ -172,70 +203,89 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 		ro.SequentialPods = srcs[rec.Location].claim != ""
 	}
 	if err := r.restoreFounders(ctx, c, t, o, &ro); err != nil {
-		return ro, srcs, err
+		return ro, srcs, drEv, err
 	}
-	return ro, srcs, nil
+	return ro, srcs, drEv, nil
 }
 
-// serving reports whether a quorum of voting members answers and follows one leader.
-func serving(e etcd.Observed) bool {
-	leader := e.Leader()
-	if leader == 0 {
-		return false
+// recoveryEvidence reads, past the cache, what disaster recovery decides on: the pod and data
+// claim of every ordinal with the member stamps on them, the membership intent, and the member
+// list last read with a quorum (the operator's memory). It lists pods and claims once each.
+func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (plan.Evidence, error) {
+	ev := plan.Evidence{StatefulSet: t.statefulSet}
+	rec, err := r.memberRecord(ctx, c)
+	if err != nil {
+		return ev, err
 	}
-	voters, up := 0, 0
-	for _, m := range e.Cluster.Members {
-		if m.IsLearner {
+	ev.Record = rec
+	if raw := c.Annotations[IntentAnnotation]; raw != "" {
+		in := &plan.Intent{}
+		if json.Unmarshal([]byte(raw), in) == nil {
+			ev.Intent = in
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+		return ev, fmt.Errorf("failed to list member pods: %w", err)
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := r.apiReader().List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
+		return ev, fmt.Errorf("failed to list volume claims: %w", err)
+	}
+	ev.Pods = recoveryPods(t.statefulSet, c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral, pods.Items, claims.Items)
+	return ev, nil
+}
+
+// recoveryPods describes every ordinal with a pod or a claim for disaster recovery's evidence:
+// the pod's state, and its data holder (the claim, or under emptyDir storage the pod) with the
+// member stamp on it and whether a pod holds a claim that is being deleted.
+func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims []corev1.PersistentVolumeClaim) []plan.Pod {
+	byOrdinal := map[int32]*plan.Pod{}
+	info := func(k int32) *plan.Pod {
+		if p, ok := byOrdinal[k]; ok {
+			return p
+		}
+		p := &plan.Pod{Name: fmt.Sprintf("%s-%d", statefulSet, k), Ordinal: k, NodeReady: true}
+		byOrdinal[k] = p
+		return p
+	}
+	for i := range pods {
+		pod := &pods[i]
+		k, ok := plan.Ordinal(statefulSet, pod.Name)
+		if !ok {
 			continue
 		}
-		voters++
-		if st, ok := e.Status[m.ID]; ok && st.Leader == leader {
-			up++
-		}
-	}
-	return voters > 0 && up >= voters/2+1
-}
-
-// dataHolders fills Voters, DataGone and DataKept from the members' claims (or pods, under
-// emptyDir storage): a voting member's data is kept when its holder exists, is not being
-// deleted, and carries the member stamp the operator writes once a member ran on it. A claim
-// the StatefulSet re-created after the old one was deleted carries none.
-func (r *EtcdClusterReconciler) dataHolders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, ro *restore.Observation) error {
-	voters := ro.StsReplicas
-	if raw := c.Annotations[IntentAnnotation]; strings.Contains(raw, `"op":"add"`) && voters > 0 {
-		voters-- // the learner being added does not vote
-	}
-	ro.Voters = voters
-	ephemeral := c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
-	stamped := 0
-	for k := int32(0); k < voters; k++ {
-		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
-		var holder client.Object = &corev1.PersistentVolumeClaim{}
-		key := types.NamespacedName{Namespace: c.Namespace, Name: "data-" + name}
+		p := info(k)
+		plan.PodState(p, pod)
+		terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		p.PVCHeld = !terminated
 		if ephemeral {
-			holder, key.Name = &corev1.Pod{}, name
+			p.Ephemeral, p.PVCExists, p.PVCDeleting, p.PVCUID = true, true, pod.DeletionTimestamp != nil, string(pod.UID)
+			p.DataStamp = pod.Annotations[MemberIDAnnotation]
 		}
-		err := r.apiReader().Get(ctx, key, holder)
-		switch {
-		case apierrors.IsNotFound(err):
-			ro.DataGone = append(ro.DataGone, name)
-			continue
-		case err != nil:
-			return fmt.Errorf("failed to get %s: %w", key.Name, err)
-		}
-		if holder.GetDeletionTimestamp() != nil || holder.GetAnnotations()[MemberIDAnnotation] == "" {
-			ro.DataGone = append(ro.DataGone, name)
-			continue
-		}
-		stamped++
-		ro.DataKept = append(ro.DataKept, name)
 	}
-	if stamped == 0 {
-		// No holder was ever stamped: nothing is known of where the data is, so nothing counts
-		// as gone.
-		ro.DataKept, ro.DataGone = append(ro.DataKept, ro.DataGone...), nil
+	if !ephemeral {
+		for i := range claims {
+			pvc := &claims[i]
+			podName, ok := strings.CutPrefix(pvc.Name, "data-")
+			if !ok {
+				continue
+			}
+			k, ok := plan.Ordinal(statefulSet, podName)
+			if !ok {
+				continue
+			}
+			p := info(k)
+			p.PVCExists, p.PVCUID, p.PVCDeleting = true, string(pvc.UID), pvc.DeletionTimestamp != nil
+			p.DataStamp = pvc.Annotations[MemberIDAnnotation]
+		}
 	}
-	return nil
+	out := make([]plan.Pod, 0, len(byOrdinal))
+	for _, p := range byOrdinal {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ordinal < out[j].Ordinal })
+	return out
 }
 
 // restoreFounders fills Founders: while members are being stopped, every ordinal that has a
@@ -586,8 +636,10 @@ func (r *EtcdClusterReconciler) resetMembership(ctx context.Context, c *v1alpha1
 		}
 	}
 	list := foundingList(t, n)
+	// The lost cluster's member record goes with it: the restored cluster's is recorded once
+	// a quorum of it answers.
 	if err := r.applyMembershipConfig(ctx, c, list, map[string]string{
-		"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}); err != nil {
+		"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}, ""); err != nil {
 		return err
 	}
 	s := &c.Status

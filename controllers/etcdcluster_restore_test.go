@@ -94,6 +94,11 @@ func TestRestore(t *testing.T) {
 	t.Run("BackupNotSucceededYetFoundersWait", func(t *testing.T) { testRestoreBackupNotSucceeded(t, harness(t)) })
 	t.Run("SucceededPodsFinishTheRestoreThenTheStatefulSetIsApplied", func(t *testing.T) { testRestorePodsSucceed(t, harness(t)) })
 	t.Run("ThreeFailedPodsFailTheRestore", func(t *testing.T) { testRestorePodsFail(t, harness(t)) })
+	// Disaster recovery acts only on evidence (disasterrecovery_test.go).
+	t.Run("RecoveryCountsTheRecordedVoters", func(t *testing.T) { testRecoveryCountsTheRecordedVoters(t, harness(t)) })
+	t.Run("RecoveryKeepsTerminatingClaimsOfPods", func(t *testing.T) { testRecoveryKeepsTerminatingClaimsOfPods(t, harness(t)) })
+	t.Run("RecoveryWaitsWhenEtcdIsUnreachable", func(t *testing.T) { testRecoveryWaitsWhenEtcdIsUnreachable(t, harness(t)) })
+	t.Run("RecoveryBeginsOnEvidence", func(t *testing.T) { testRecoveryBeginsOnEvidence(t, harness(t)) })
 }
 
 // testRestoreFromMissingBackup: spec.bootstrap.fromBackup names no existing EtcdBackup.

@@ -51,6 +51,9 @@ type observation struct {
 	// the members that answered a status call when none could read the member list.
 	etcdAsked bool
 	reached   int
+	// answers are the status replies of the members that answered the first round of this
+	// pass's observation, by member ID, also when none could read the member list.
+	answers map[uint64]etcd.MemberStatus
 
 	// membership is the membership step of this pass; nil when none was considered
 	// (paused, invalid spec, nothing applied yet).
@@ -144,9 +147,10 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 		return nil
 	}
 	defer cl.Close()
-	obs, reached, err := etcd.ObserveEndpoints(ctx, cl, endpoints, timeout)
+	obs, answers, err := etcd.ObserveEndpoints(ctx, cl, endpoints, timeout)
+	o.answers = answers
 	if err != nil {
-		o.etcdErr, o.reached = err, reached
+		o.etcdErr, o.reached = err, len(answers)
 		return nil
 	}
 	o.etcd = &obs

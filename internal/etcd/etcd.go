@@ -623,8 +623,10 @@ func (o Observed) ClusterVersion() string {
 // be read (etcd serves it linearizably), so it returns at once with how many answered and an
 // error, instead of waiting for a member list call to time out: members alive without a
 // quorum, or still forming. Otherwise it reads the member list and asks every listed member it
-// has not heard from yet. It never fails after the member list was read.
-func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall time.Duration) (Observed, int, error) {
+// has not heard from yet. It never fails after the member list was read. The status replies of
+// the first round come back also on failure, by member ID: which members answered, and that
+// none knew a leader, is evidence in itself.
+func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall time.Duration) (Observed, map[uint64]MemberStatus, error) {
 	answered := map[uint64]MemberStatus{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -650,13 +652,13 @@ func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall
 		leader = leader || st.Leader != 0
 	}
 	if !leader {
-		return Observed{}, len(answered), fmt.Errorf("no member that answers knows a leader (%d of %d endpoints answered)", len(answered), len(asked))
+		return Observed{}, answered, fmt.Errorf("no member that answers knows a leader (%d of %d endpoints answered)", len(answered), len(asked))
 	}
 	lctx, cancel := context.WithTimeout(ctx, perCall)
 	cl, err := c.MemberList(lctx)
 	cancel()
 	if err != nil {
-		return Observed{}, len(answered), err
+		return Observed{}, answered, err
 	}
 	o := Observed{Cluster: cl, Status: map[uint64]MemberStatus{}, StatusErr: map[uint64]error{}}
 	// Everything that needs no call is recorded before any call starts: the calls write the
@@ -689,7 +691,7 @@ func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall
 		})
 	}
 	wg.Wait()
-	return o, len(answered), nil
+	return o, answered, nil
 }
 
 func (c *client) Auth(ctx context.Context, users []string) (AuthState, error) {

@@ -136,8 +136,8 @@ func TestObserveFailsWithoutAnyMember(t *testing.T) {
 
 func TestFakeInjectsErrors(t *testing.T) {
 	f := &etcd.Fake{ErrMemberList: fmt.Errorf("injected"), Statuses: map[string]etcd.MemberStatus{"a": {ID: 1, Leader: 1}}}
-	if _, reached, err := etcd.ObserveEndpoints(context.Background(), f, []string{"a"}, time.Second); err == nil || reached != 1 {
-		t.Fatalf("injected member list error was not returned (%v), or the member that answered not counted (%d)", err, reached)
+	if _, reached, err := etcd.ObserveEndpoints(context.Background(), f, []string{"a"}, time.Second); err == nil || len(reached) != 1 || reached[1].Leader != 1 {
+		t.Fatalf("injected member list error was not returned (%v), or the member that answered not returned (%v)", err, reached)
 	}
 	f = &etcd.Fake{
 		State:     etcd.Cluster{ClusterID: 1, Members: []etcd.Member{{ID: 1, Name: "a", ClientURLs: []string{"a"}}, {ID: 2, Name: "b", ClientURLs: []string{"b"}}}},
@@ -162,8 +162,8 @@ func TestObserveEndpointsWithoutALeaderDoesNotWait(t *testing.T) {
 		Statuses: map[string]etcd.MemberStatus{"a": {ID: 1, Errors: []string{"etcdserver: no leader"}}},
 	}
 	_, reached, err := etcd.ObserveEndpoints(context.Background(), f, []string{"a", "b"}, time.Second)
-	if err == nil || reached != 1 {
-		t.Fatalf("err %v, reached %d; want an error and 1", err, reached)
+	if st, ok := reached[1]; err == nil || len(reached) != 1 || !ok || st.Leader != 0 {
+		t.Fatalf("err %v, answers %v; want an error and member 1's answer without a leader", err, reached)
 	}
 	if n := f.Calls["MemberList"]; n != 0 {
 		t.Fatalf("the member list was asked %d times without a leader", n)
@@ -501,8 +501,8 @@ func TestStatusOfAMemberThatIsDownFailsAtOnce(t *testing.T) {
 			start := time.Now()
 			obs, answered, err := etcd.ObserveEndpoints(context.Background(), c, []string{up, ep}, 3*time.Second)
 			took := time.Since(start)
-			if err != nil || answered != 1 || len(obs.Status) != 1 {
-				t.Fatalf("answered %d, statuses %v, error %v; want the serving member only", answered, obs.Status, err)
+			if err != nil || len(answered) != 1 || len(obs.Status) != 1 {
+				t.Fatalf("answered %v, statuses %v, error %v; want the serving member only", answered, obs.Status, err)
 			}
 			if took > time.Second {
 				t.Fatalf("the observation took %s with one member down, want well under the 3s per-call timeout", took)
@@ -541,8 +541,8 @@ func TestStatusOfAMemberWhoseNameDoesNotResolveFailsAtOnce(t *testing.T) {
 			if took := time.Since(start); took > 500*time.Millisecond {
 				t.Fatalf("the observation took %s with one member's name unknown, want well under gRPC's first back-off (1 s)", took)
 			}
-			if err != nil || answered != 1 || len(obs.Status) != 1 {
-				t.Fatalf("answered %d, statuses %v, error %v; want the serving member only", answered, obs.Status, err)
+			if err != nil || len(answered) != 1 || len(obs.Status) != 1 {
+				t.Fatalf("answered %v, statuses %v, error %v; want the serving member only", answered, obs.Status, err)
 			}
 			sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()

@@ -39,6 +39,14 @@ type Evidence struct {
 	// UpdatePeerURL), "" when a member of this cluster answered there (etcd's peer handler,
 	// with this cluster's ID), else what went wrong. A URL not asked is absent.
 	PeerURLAnswers map[string]string
+	// Answers are the status replies of every member that answered in this pass, by member
+	// ID, also when no member could read the member list (Etcd nil).
+	Answers map[uint64]etcd.MemberStatus
+	// Record is the last member list read with a quorum (the operator's memory), nil when
+	// none is recorded.
+	Record *MemberRecord
+	// Intent is the membership change in flight, nil when none.
+	Intent *Intent
 }
 
 // Invariant is one named rule of the safety gate. Check returns why step s breaks the rule
@@ -72,6 +80,7 @@ var Invariants = []Invariant{
 	{"FoundersFixedUntilFormed", foundersFixed},
 	{"ScaleDownOnlyPodsWithoutVoters", scaleDownOnlyNonVoters},
 	{"RestoreOnlyWithoutQuorum", restoreOnlyWithoutQuorum},
+	{"RestoreOnlyWhenAQuorumLostItsData", restoreOnlyWhenDataLost},
 	{"AuthChangesWithAHealthyQuorum", authWithQuorum},
 	{"PeerURLMovesToAnAnsweringListener", peerURLAnswers},
 }
@@ -495,10 +504,10 @@ func isRestore(s Step) bool {
 }
 
 // restoreOnlyWithoutQuorum: a restore replaces members' data. A bootstrap restore runs only
-// before the cluster first formed. Disaster recovery runs only while etcd, read in this pass,
-// shows no serving quorum: no member can read the member list, or no leader is followed by a
-// quorum of healthy voters. (That a majority's data is gone, so quorum cannot come back, is
-// the restore planner's precondition, read from the claims.) The end of a restore (Restored,
+// before the cluster first formed. Disaster recovery runs only on positive evidence, read in
+// this pass, that etcd has no quorum (JudgeQuorum): members answered without a leader, or do
+// not run etcd at all, and too few are left to make a quorum in any voter set etcd may have.
+// "The operator cannot reach etcd" is not such evidence. The end of a restore (Restored,
 // RestoreFailed: a status record, deleting finished restore pods) touches no member.
 func restoreOnlyWithoutQuorum(s Step, v *evidenceView) string {
 	switch s.Reason {
@@ -507,15 +516,46 @@ func restoreOnlyWithoutQuorum(s Step, v *evidenceView) string {
 			return "the cluster has formed: a bootstrap restore runs only before the founding members first start"
 		}
 	case v1alpha1.ReasonRecoveringFromBackup:
-		if v.e.Etcd == nil || v.leader == 0 {
-			return ""
+		if v.e.StsReplicas == 0 && s.Kind != "BeginRestore" && s.Kind != ScaleStatefulSet {
+			return "" // every member was stopped by this recovery: its later steps re-form the cluster
 		}
-		if n, _ := v.healthyVoters(s, 0); n >= Quorum(int32(len(v.voters))) {
-			return fmt.Sprintf("etcd shows leader %s followed by %d healthy voting members of %d: the cluster serves, so it is never re-formed from a backup",
-				etcd.FormatID(v.leader), n, len(v.voters))
+		state, why := JudgeQuorum(v.quorumEvidence())
+		switch state {
+		case QuorumServing:
+			return fmt.Sprintf("etcd shows leader %s followed by a quorum of healthy voting members: the cluster serves, so it is never re-formed from a backup",
+				etcd.FormatID(v.leader))
+		case QuorumUnknown:
+			return "quorum is not known to be lost: " + why
 		}
 	}
 	return ""
+}
+
+// restoreOnlyWhenDataLost: disaster recovery starts (BeginRestore) and stops the members
+// (ScaleStatefulSet) only while the claims read in this pass show that, in every voter set
+// etcd may have, fewer members than its quorum keep their data: otherwise quorum can come back
+// with the data it had, and stopping the members could destroy it (a claim being deleted is
+// held only while its pod exists).
+func restoreOnlyWhenDataLost(s Step, v *evidenceView) string {
+	if s.Reason != v1alpha1.ReasonRecoveringFromBackup || (s.Kind != "BeginRestore" && s.Kind != ScaleStatefulSet) {
+		return ""
+	}
+	if s.Kind == ScaleStatefulSet && v.e.StsReplicas == 0 {
+		return ""
+	}
+	d := JudgeData(v.e.Record, v.e.Intent, v.e.Pods)
+	if d.Hopeless {
+		return ""
+	}
+	if d.Why != "" {
+		return d.Why
+	}
+	return fmt.Sprintf("%d of %d recorded voting members keep their data (%s), a quorum", len(d.Kept), d.Voters, strings.Join(d.Kept, ", "))
+}
+
+// quorumEvidence is the part of the evidence JudgeQuorum reads.
+func (v *evidenceView) quorumEvidence() QuorumEvidence {
+	return QuorumEvidence{Etcd: v.e.Etcd, Answers: v.e.Answers, Record: v.e.Record, Intent: v.e.Intent, Pods: v.e.Pods}
 }
 
 // authWithQuorum: users are added and authentication turned on or off only while a quorum

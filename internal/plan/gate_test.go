@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -91,6 +92,48 @@ func (f *gFix) noPod(k int32) *gFix {
 
 func (f *gFix) with(edit func(e *Evidence)) *gFix { edit(&f.e); return f }
 
+// recorded keeps etcd's member list of the fixture as the operator's record (read with a
+// quorum) and stamps every claim with its member's ID, as the operator does once members ran.
+func (f *gFix) recorded() *gFix {
+	rec := RecordOf(*f.e.Etcd, "etc", gPeerURL, f.e.StsReplicas, time.Time{})
+	f.e.Record = &rec
+	for i := range f.e.Pods {
+		if f.e.Pods[i].PVCExists {
+			f.e.Pods[i].DataStamp = etcd.FormatID(gID(f.e.Pods[i].Ordinal))
+		}
+	}
+	return f
+}
+
+// quorumLost: no member can read the member list; the members in answering answer without a
+// leader, the others not at all.
+func (f *gFix) quorumLost(answering ...int32) *gFix {
+	f.e.Etcd, f.e.Answers = nil, map[uint64]etcd.MemberStatus{}
+	for _, k := range answering {
+		f.e.Answers[gID(k)] = etcd.MemberStatus{ID: gID(k), Errors: []string{NoLeaderError}}
+	}
+	return f
+}
+
+// crashing: member k's etcd container waits in CrashLoopBackOff.
+func (f *gFix) crashing(k int32) *gFix {
+	return f.pod(k, func(p *Pod) { p.Running, p.Started, p.Ready, p.Problem = false, false, false, "CrashLoopBackOff" })
+}
+
+// claimGone: member k's claim no longer exists.
+func (f *gFix) claimGone(k int32) *gFix {
+	return f.pod(k, func(p *Pod) { p.PVCExists, p.PVCDeleting, p.PVCUID, p.DataStamp = false, false, "", "" })
+}
+
+// intent sets the membership change in flight.
+func (f *gFix) intent(op IntentOp, k int32) *gFix {
+	f.e.Intent = &Intent{Op: op, Member: gName(k), PeerURL: gPeerURL(gName(k))}
+	if op != IntentAdd {
+		f.e.Intent.ID = gID(k)
+	}
+	return f
+}
+
 func TestGate(t *testing.T) {
 	del := func(k int32) Step { return Step{Kind: DeletePod, Member: gName(k), Reason: v1alpha1.ReasonRollingOut} }
 	defrag := func(k int32) Step {
@@ -99,6 +142,8 @@ func TestGate(t *testing.T) {
 	disarm := func(k int32, alarm string) Step {
 		return Step{Kind: DisarmAlarm, Member: gName(k), ID: gID(k), Alarm: alarm, Reason: v1alpha1.ReasonDisarmingAlarm}
 	}
+	stopAll := Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}
+	beginDR := Step{Kind: "BeginRestore", Reason: v1alpha1.ReasonRecoveringFromBackup}
 	remove := func(k int32, reason string) Step {
 		return Step{Kind: RemoveMember, Member: gName(k), ID: gID(k), Reason: reason}
 	}
@@ -203,12 +248,41 @@ func TestGate(t *testing.T) {
 		{"disarm CORRUPT", gCluster(3).alarm("memberID:257 alarm:CORRUPT"), disarm(1, AlarmCorrupt), "NeverDisarmCorrupt", "never disarmed"},
 		{"disarm an alarm without a type", gCluster(3), disarm(1, ""), "NeverDisarmCorrupt", "only a NOSPACE alarm"},
 
-		// Restores: disaster recovery only without a serving quorum; a bootstrap restore only
-		// before the cluster formed.
-		{"stop a serving cluster for disaster recovery", gCluster(3).down(2), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup},
+		// Restores: disaster recovery only on evidence that quorum is lost and that a quorum
+		// of the voters etcd last listed lost its data; a bootstrap restore only before the
+		// cluster formed.
+		{"stop a serving cluster for disaster recovery", gCluster(3).recorded().down(2), stopAll,
 			"RestoreOnlyWithoutQuorum", "the cluster serves"},
-		{"stop a cluster without quorum for disaster recovery", gCluster(3).down(1).down(2), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
-		{"stop a cluster nobody answers for disaster recovery", gCluster(3).noMembers(), Step{Kind: ScaleStatefulSet, Replicas: 0, Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
+		{"stop a cluster that lost quorum and two members' data", gCluster(3).recorded().quorumLost(0).noPod(1).noPod(2).claimGone(1).claimGone(2), stopAll, "", ""},
+		{"begin a recovery of a cluster that lost quorum and two members' data", gCluster(3).recorded().quorumLost(0).noPod(1).noPod(2).claimGone(1).claimGone(2), beginDR, "", ""},
+		{"stop a cluster the operator cannot reach", gCluster(3).recorded().quorumLost().claimGone(1).claimGone(2), stopAll,
+			"RestoreOnlyWithoutQuorum", "etc-1: its etcd container runs but did not answer"},
+		{"stop a cluster whose silent members' nodes are not ready", gCluster(3).recorded().quorumLost().crashing(0).claimGone(1).claimGone(2).
+			pod(1, func(p *Pod) { p.NodeReady = false }).pod(2, func(p *Pod) { p.NodeReady = false }), stopAll,
+			"RestoreOnlyWithoutQuorum", "its node is not ready"},
+		{"stop a cluster without a recorded member list", gCluster(3).quorumLost(0, 1, 2).claimGone(1).claimGone(2), stopAll,
+			"RestoreOnlyWithoutQuorum", "no member list read with a quorum is recorded"},
+		{"stop a cluster a member of which follows a leader", gCluster(3).recorded().quorumLost().with(func(e *Evidence) {
+			e.Answers[gID(1)] = etcd.MemberStatus{ID: gID(1), Leader: gID(0)}
+		}), stopAll, "RestoreOnlyWithoutQuorum", "follows leader"},
+		{"stop a cluster whose members only crash", gCluster(3).recorded().quorumLost(0).crashing(1).crashing(2), stopAll,
+			"RestoreOnlyWhenAQuorumLostItsData", "3 of 3 recorded voting members keep their data"},
+		{"stop a cluster whose claims are deleted while their pods hold them", gCluster(3).recorded().quorumLost(0).crashing(1).crashing(2).
+			pod(1, func(p *Pod) { p.PVCDeleting, p.PVCHeld = true, true }).pod(2, func(p *Pod) { p.PVCDeleting, p.PVCHeld = true, true }), beginDR,
+			"RestoreOnlyWhenAQuorumLostItsData", "3 of 3"},
+		{"stop a cluster whose claims are deleted and no pod holds them", gCluster(3).recorded().quorumLost(0).noPod(1).noPod(2).
+			pod(1, func(p *Pod) { p.PVCDeleting = true }).pod(2, func(p *Pod) { p.PVCDeleting = true }), stopAll, "", ""},
+		{"stop a cluster during a scale-out that lost one claim", gCluster(3).with(func(e *Evidence) { e.StsReplicas = 3; e.Desired = 4 }).recorded().
+			intent(IntentAdd, 3).quorumLost(1, 2).noPod(0).claimGone(0), beginDR,
+			"RestoreOnlyWhenAQuorumLostItsData", "2 of 3 recorded voting members keep their data (etc-1, etc-2)"},
+		{"stop a cluster whose learner may have been promoted", gCluster(2).member(2, true).pod(2, func(p *Pod) { p.Exists, p.Running, p.PVCExists = true, true, true }).
+			recorded().intent(IntentAdd, 2).quorumLost(1, 2).noPod(0).claimGone(0), stopAll,
+			"RestoreOnlyWhenAQuorumLostItsData", "a membership change was in flight"},
+		{"stop a cluster whose removed voter may be gone", gCluster(3).recorded().intent(IntentRemove, 2).quorumLost(1).noPod(0).noPod(2).claimGone(0).claimGone(2), stopAll, "", ""},
+		{"stop a cluster whose claims hold other members' data", gCluster(3).recorded().quorumLost(0).noPod(1).noPod(2).
+			pod(1, func(p *Pod) { p.DataStamp = "dead" }).pod(2, func(p *Pod) { p.DataStamp = "" }), stopAll, "", ""},
+		{"re-form after every member stopped", gCluster(3).quorumLost().with(func(e *Evidence) { e.StsReplicas, e.Pods = 0, nil }),
+			Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRecoveringFromBackup}, "", ""},
 		{"bootstrap restore of a formed cluster", gCluster(3), Step{Kind: "RunRestorePod", Member: "etc-0", Reason: v1alpha1.ReasonRestoring},
 			"RestoreOnlyWithoutQuorum", "has formed"},
 		// Authentication changes only with a healthy quorum.

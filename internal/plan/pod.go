@@ -62,6 +62,14 @@ type Pod struct {
 	// PVCDeleting is true when the claim has a deletion timestamp (kept by the
 	// pvc-protection finalizer while a pod uses it).
 	PVCDeleting bool
+	// PVCHeld is true when the ordinal's pod, which mounts the claim, exists and has not
+	// terminated: the pvc-protection finalizer keeps a claim being deleted, and its data,
+	// while it does.
+	PVCHeld bool
+	// DataStamp is the member ID (hexadecimal) stamped on the ordinal's data holder (its
+	// claim, or its pod under emptyDir storage) once that member ran on it; "" when none.
+	// Only the disaster recovery's evidence reads it.
+	DataStamp string
 	// MissingSince is, for an ordinal whose started member has no pod, since when the
 	// operator has seen it missing (zero when the pod exists or nothing is known).
 	MissingSince time.Time

@@ -114,16 +114,26 @@ type Observation struct {
 	// Policy and After are spec.disasterRecovery.
 	Policy v1alpha1.DisasterRecoveryPolicy
 	After  time.Duration
-	// QuorumLost is true when etcd, read in this pass, shows that the cluster cannot serve: no
-	// member can read the member list, or fewer voting members are healthy than quorum needs.
+	// QuorumLost is true when this pass proves that etcd has no quorum (plan.JudgeQuorum:
+	// members answered without a leader or do not run etcd at all, too few to make a quorum in
+	// any voter set etcd may have).
 	QuorumLost bool
+	// QuorumUnknown says why this pass can prove neither that quorum serves nor that it is
+	// lost (members whose etcd runs do not answer the operator, no member list is recorded);
+	// empty otherwise. Nothing irreversible is done while it is set.
+	QuorumUnknown string
 	// QuorumLostSince is since when this process has seen quorum lost.
 	QuorumLostSince time.Time
-	// Voters is the number of voting members the lost cluster had.
+	// Voters is the number of voting members the lost cluster had, from the member list last
+	// read with a quorum (plan.MemberRecord).
 	Voters int32
 	// DataGone names the voting members whose data is gone (their claim deleted or replaced
 	// by an empty one); DataKept those whose data is still there.
 	DataGone, DataKept []string
+	// DataMayReturn says why a quorum may still hold its data although DataKept is short of
+	// one (a membership change in flight gives etcd another voter set, or no member list is
+	// recorded); empty otherwise (plan.JudgeData).
+	DataMayReturn string
 	// Latest is the newest Succeeded backup of this cluster, nil when none.
 	Latest *Source
 	// StsReplicas is the StatefulSet's .spec.replicas (0 when it does not exist).
@@ -220,7 +230,20 @@ func Decide(o Observation) Action {
 	if o.Formed && o.QuorumLost {
 		return o.disaster()
 	}
+	if o.Formed && o.QuorumUnknown != "" && o.hopeless() && o.Policy == v1alpha1.DisasterRecoveryFromLatestBackup {
+		// Disaster recovery would start if quorum were known to be lost: say what keeps it.
+		return wait(v1alpha1.ReasonEtcdUnreachable, fmt.Sprintf("%d of %d voting members lost their data (%s), but disaster recovery does not start: "+
+			"quorum is not known to be lost (%s). The operator restores nothing while members may still serve: "+
+			"check that it can reach them (DNS, NetworkPolicy, its client certificate), or that the pods of members that are gone are deleted",
+			len(o.DataGone), o.Voters, strings.Join(o.DataGone, ", "), o.QuorumUnknown))
+	}
 	return Action{Step: plan.Step{Kind: plan.None}}
+}
+
+// hopeless reports whether fewer voting members than quorum needs keep their data, in every
+// voter set etcd may have, and every recorded voter's data holder was accounted for.
+func (o Observation) hopeless() bool {
+	return o.Voters > 0 && len(o.DataKept) < int(plan.Quorum(o.Voters)) && len(o.DataKept)+len(o.DataGone) == int(o.Voters) && o.DataMayReturn == ""
 }
 
 func describe(s Source) string {
@@ -261,8 +284,7 @@ func (o Observation) begin(cause string, s Source, phase v1alpha1.RestorePhase, 
 
 // disaster decides on a quorum loss of a formed cluster.
 func (o Observation) disaster() Action {
-	q := int(plan.Quorum(o.Voters))
-	if o.Voters == 0 || len(o.DataKept) >= q || len(o.DataKept)+len(o.DataGone) != int(o.Voters) {
+	if !o.hopeless() {
 		// The members are only down (their data can bring quorum back), or not every voter's
 		// data holder was accounted for: never restore then.
 		return Action{Step: plan.Step{Kind: plan.None}}
@@ -311,8 +333,12 @@ func (o Observation) continueRestore() Action {
 		if o.StsReplicas > 0 {
 			// Nothing is stopped yet: the recovery goes on only while it is still wanted and
 			// still needed; otherwise its record is dropped and the cluster is judged afresh.
-			q := int(plan.Quorum(o.Voters))
-			if why := ""; o.Policy != v1alpha1.DisasterRecoveryFromLatestBackup || !o.QuorumLost || o.Voters == 0 || len(o.DataKept) >= q {
+			// Stopping the members is irreversible: it needs proof in this pass that quorum is
+			// lost, and waits while that is not known.
+			if o.Policy == v1alpha1.DisasterRecoveryFromLatestBackup && o.QuorumUnknown != "" {
+				return wait(reason, "no member is stopped while quorum is not known to be lost: "+o.QuorumUnknown)
+			}
+			if why := ""; o.Policy != v1alpha1.DisasterRecoveryFromLatestBackup || !o.QuorumLost || !o.hopeless() {
 				switch {
 				case o.Policy != v1alpha1.DisasterRecoveryFromLatestBackup:
 					why = "spec.disasterRecovery.policy is no longer FromLatestBackup"

@@ -344,6 +344,35 @@ func TestDecide(t *testing.T) {
 			o.QuorumLostSince = now.Add(-time.Hour)
 			return o
 		}(), kind: plan.None},
+		{name: "quorum not known to be lost, a majority's data gone, FromLatestBackup: Wait EtcdUnreachable, no restore", o: func() Observation {
+			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
+			o.QuorumLost, o.QuorumUnknown = false, "etcd-1: its etcd container runs but did not answer the operator"
+			return o
+		}(), kind: plan.Wait, reason: v1alpha1.ReasonEtcdUnreachable,
+			msgs: []string{"2 of 3 voting members lost their data", "quorum is not known to be lost (etcd-1: its etcd container runs", "restores nothing"}},
+		{name: "quorum not known to be lost, Manual: None (membership reports)", o: func() Observation {
+			o := disaster(v1alpha1.DisasterRecoveryManual)
+			o.QuorumLost, o.QuorumUnknown = false, "no member list read with a quorum is recorded"
+			return o
+		}(), kind: plan.None},
+		{name: "quorum lost, DataKept 1, but a voter set of the change in flight keeps a quorum: None", o: func() Observation {
+			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
+			o.DataMayReturn = "a membership change was in flight, and with it 2 of 3 voting members keep their data"
+			o.QuorumLostSince = now.Add(-time.Hour)
+			return o
+		}(), kind: plan.None},
+		{name: "Stopping, nothing stopped, quorum not known to be lost: Wait, neither stopped nor abandoned", o: func() Observation {
+			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
+			o.Record = record(v1alpha1.RestoreCauseDisasterRecovery, v1alpha1.RestoreStopping)
+			o.QuorumLost, o.QuorumUnknown = false, "etcd-2: its etcd container runs but did not answer the operator"
+			return o
+		}(), kind: plan.Wait, reason: v1alpha1.ReasonRecoveringFromBackup, msgs: []string{"no member is stopped while quorum is not known to be lost"}},
+		{name: "Stopping, nothing stopped, a change in flight keeps a quorum's data: abandoned", o: func() Observation {
+			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
+			o.Record = record(v1alpha1.RestoreCauseDisasterRecovery, v1alpha1.RestoreStopping)
+			o.DataMayReturn = "a membership change was in flight"
+			return o
+		}(), kind: FinishRestore, reason: v1alpha1.ReasonRestoreFailed, msgs: []string{"abandoned before any member was stopped", "a quorum of members has its data again"}},
 		{name: "quorum lost, Voters 0 (unknown): None", o: func() Observation {
 			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
 			o.Voters = 0
