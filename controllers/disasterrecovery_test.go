@@ -81,6 +81,12 @@ func formedCluster(t *testing.T, h *restoreHarness) *drHarness {
 		}
 		return nil
 	})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + h.ns}}
+	if err := h.env.Client.Create(h.ctx(), node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.env.Client.Delete(context.Background(), node) })
+	d.setNodeReady(t, true)
 	for k := 0; k < 3; k++ {
 		name := fmt.Sprintf("etcd-%d", k)
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "data-" + name,
@@ -96,6 +102,7 @@ func formedCluster(t *testing.T, h *restoreHarness) *drHarness {
 		}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name, Labels: labels}}
 		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "etcd"}}
+		pod.Spec.NodeName = node.Name
 		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + name}}}}
 		if err := h.env.Client.Create(h.ctx(), pod); err != nil {
@@ -152,6 +159,26 @@ func formedCluster(t *testing.T, h *restoreHarness) *drHarness {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// setNodeReady sets the Ready condition of the test's node.
+func (d *drHarness) setNodeReady(t *testing.T, ready bool) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := &corev1.Node{}
+		if err := d.env.Client.Get(d.ctx(), client.ObjectKey{Name: "node-" + d.ns}, node); err != nil {
+			return err
+		}
+		st := corev1.ConditionTrue
+		if !ready {
+			st = corev1.ConditionUnknown
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return d.env.Client.Status().Update(d.ctx(), node)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setEtcdContainer plays the kubelet: member pod name's etcd container runs and started, or
@@ -384,4 +411,47 @@ func testRecoveryBeginsOnEvidence(t *testing.T, h *restoreHarness) {
 			t.Errorf("the recovery's message lacks %q: %s", want, r.Message)
 		}
 	}
+	// The members are stopped; etcd-0's pod stays Terminating on a node that stopped
+	// reporting: the recovery waits for it and says which node and what to do.
+	h.until(t, "the StatefulSet scaled to zero", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := d.get("etcd", sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 0 {
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	d.setNodeReady(t, false)
+	pod := &corev1.Pod{}
+	if err := d.get("etcd-0", pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Finalizers = append(pod.Finalizers, "etcdpilot.io/test-kubelet-gone")
+	if err := d.env.Client.Update(d.ctx(), pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p := &corev1.Pod{}
+			if err := d.get("etcd-0", p); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			p.Finalizers = nil
+			return d.env.Client.Update(context.Background(), p)
+		})
+	})
+	if err := d.env.Client.Delete(d.ctx(), pod); err != nil {
+		t.Fatal(err)
+	}
+	want := "etcd-0 (Terminating on node node-" + h.ns + ", which is not ready"
+	h.until(t, "a condition naming the stuck pod's node", func() error {
+		for _, cond := range d.cluster(t).Status.Conditions {
+			if strings.Contains(cond.Message, want) && strings.Contains(cond.Message, "kubectl -n "+h.ns+" delete pod etcd-0 --force --grace-period=0") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", d.cluster(t).Status.Conditions)
+	})
 }

@@ -301,16 +301,25 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 		return err
 	}
 	n := int32(len(founders))
+	// Whether member pods still exist decides when data is restored under them: read past
+	// the cache, like every other read of a restore.
 	members := map[string]bool{}
+	stuck := map[string]string{}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
 		return fmt.Errorf("failed to list member pods: %w", err)
 	}
-	for _, p := range pods.Items {
+	for i := range pods.Items {
+		p := &pods.Items[i]
 		if k, ok := plan.Ordinal(t.statefulSet, p.Name); ok {
 			members[p.Name] = true
 			if rec != nil && rec.Phase == v1alpha1.RestoreStopping {
 				n = max(n, k+1)
+			}
+			if why, err := r.stuckPod(ctx, p); err != nil {
+				return err
+			} else if why != "" {
+				stuck[p.Name] = why
 			}
 		}
 	}
@@ -320,7 +329,7 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 	}
 	for k := int32(0); k < n; k++ {
 		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
-		f := restore.Founder{Name: name, MemberPodExists: members[name]}
+		f := restore.Founder{Name: name, MemberPodExists: members[name], MemberPodStuck: stuck[name]}
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + name}, pvc)
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -342,6 +351,31 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 		ro.Founders = append(ro.Founders, f)
 	}
 	return nil
+}
+
+// stuckPod says why pod, being deleted, may never go by itself: its node is not ready (or
+// gone), so no kubelet confirms that its containers stopped. Empty otherwise.
+func (r *EtcdClusterReconciler) stuckPod(ctx context.Context, p *corev1.Pod) (string, error) {
+	if p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
+		return "", nil
+	}
+	node := &corev1.Node{}
+	err := r.apiReader().Get(ctx, types.NamespacedName{Name: p.Spec.NodeName}, node)
+	fix := fmt.Sprintf("; once you know its containers stopped (the node is off or its etcd is dead), delete the pod: kubectl -n %s delete pod %s --force --grace-period=0",
+		p.Namespace, p.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("Terminating on node %s, which no longer exists%s", p.Spec.NodeName, fix), nil
+	case err != nil:
+		return "", fmt.Errorf("failed to get node %s of pod %s: %w", p.Spec.NodeName, p.Name, err)
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+			return fmt.Sprintf("Terminating on node %s, which is not ready (Ready %s since %s), so no kubelet confirms it stopped%s",
+				node.Name, cond.Status, cond.LastTransitionTime.UTC().Format(time.RFC3339), fix), nil
+		}
+	}
+	return "", nil
 }
 
 // restorePodName names founder k's restore pod of restore id.

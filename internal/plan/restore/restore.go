@@ -87,6 +87,10 @@ type Founder struct {
 	Pod PodState
 	// MemberPodExists is true when the member's own pod (the StatefulSet's) exists.
 	MemberPodExists bool
+	// MemberPodStuck says why the member's pod may never go by itself (it is being deleted on
+	// a node that is not ready, so no kubelet confirms that its containers stopped), naming
+	// the node and the manual step; empty otherwise.
+	MemberPodStuck string
 	// ClaimStamped is true when its claim carries a member stamp: an etcd member ran on it,
 	// so it holds data a bootstrap restore must not replace.
 	ClaimStamped bool
@@ -322,6 +326,14 @@ func (o Observation) disaster() Action {
 		gone+fmt.Sprintf(". Re-forming the cluster from %s: writes after that backup are lost", describe(*o.Latest)))
 }
 
+// stuckNote is what a message adds to the name of a member pod that may never go by itself.
+func stuckNote(f Founder) string {
+	if f.MemberPodStuck == "" {
+		return ""
+	}
+	return " (" + f.MemberPodStuck + ")"
+}
+
 // continueRestore is the next step of a restore under way.
 func (o Observation) continueRestore() Action {
 	r := o.Record
@@ -357,7 +369,7 @@ func (o Observation) continueRestore() Action {
 		var running []string
 		for _, f := range o.Founders {
 			if f.MemberPodExists {
-				running = append(running, f.Name)
+				running = append(running, f.Name+stuckNote(f))
 			}
 		}
 		if len(running) > 0 {
@@ -376,7 +388,7 @@ func (o Observation) continueRestore() Action {
 		switch {
 		case f.MemberPodExists:
 			// A member pod would start etcd on the claim while it is restored.
-			return wait(reason, "waiting for the member pod "+f.Name+" to go before its data is restored")
+			return wait(reason, "waiting for the member pod "+f.Name+stuckNote(f)+" to go before its data is restored")
 		case !f.ClaimExists:
 			return step(CreateClaim, f.Name, reason, "creating the data claim of "+f.Name+" to restore into")
 		case f.Pod.Deleting:

@@ -447,6 +447,15 @@ func TestDecide(t *testing.T) {
 			o.Founders[1].MemberPodExists = false
 			return o
 		}(), kind: plan.Wait, reason: v1alpha1.ReasonRecoveringFromBackup, msgs: []string{"waiting for the member pods to stop: etcd-0, etcd-2"}},
+		{name: "Stopping, replicas 0, a member pod stuck Terminating on a NotReady node: Wait naming the node and the manual step", o: func() Observation {
+			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
+			o.Record = record(v1alpha1.RestoreCauseDisasterRecovery, v1alpha1.RestoreStopping)
+			o.StsReplicas = 0
+			o.Founders[0].MemberPodExists, o.Founders[1].MemberPodExists = false, false
+			o.Founders[2].MemberPodStuck = "Terminating on node n3, which is not ready; delete the pod: kubectl -n db delete pod etcd-2 --force --grace-period=0"
+			return o
+		}(), kind: plan.Wait, reason: v1alpha1.ReasonRecoveringFromBackup,
+			msgs: []string{"waiting for the member pods to stop: etcd-2 (Terminating on node n3, which is not ready; delete the pod: kubectl -n db delete pod etcd-2 --force"}},
 		{name: "Stopping, every member pod gone: ResetMembership, Record Restoring", o: func() Observation {
 			o := disaster(v1alpha1.DisasterRecoveryFromLatestBackup)
 			o.Record = record(v1alpha1.RestoreCauseDisasterRecovery, v1alpha1.RestoreStopping)
