@@ -18,6 +18,8 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -67,6 +69,12 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 			case pod.Status.Phase == corev1.PodFailed || rep.Failure != "" || rep.Error != "":
 				return r.retry(b, now, failureReason(rep.Failure), fmt.Sprintf("backup pod %s: %s", pod.Name, rep.Error))
 			}
+			if b.Status.MemberID != "" && rep.MemberID != b.Status.MemberID {
+				// The pod checks this itself; a report from another member is not that
+				// member's data, whatever the pod's version did.
+				return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, fmt.Sprintf("backup pod %s took its snapshot from member %q, not from member %s (%s) it was to take it from",
+					pod.Name, rep.MemberID, b.Status.MemberID, b.Status.Member))
+			}
 			rep.Location = "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
 			r.succeed(b, rep, c)
 			return reconcile.Result{}, nil
@@ -102,8 +110,8 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, why)
 	}
 	location := "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
-	r.running(b, now, src.Member.Name, location)
-	pod := r.backupPod(b, c, d, src.Endpoint, src.Member.Name)
+	r.running(b, now, src, location)
+	pod := r.backupPod(b, c, d, src)
 	if err := controllerutil.SetControllerReference(b, pod, r.Scheme); err != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to own the backup pod: %w", err)
 	}
@@ -143,7 +151,8 @@ func podReport(pod *corev1.Pod) (backup.Report, error) {
 // backupPod is the pod that streams the snapshot of the member at endpoint onto the claim. It
 // runs the operator's image under restricted Pod Security, never restarts, and mounts only
 // the claim.
-func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.EtcdCluster, d *v1alpha1.PVCDestination, endpoint, member string) *corev1.Pod {
+func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.EtcdCluster, d *v1alpha1.PVCDestination, src backupplan.Source) *corev1.Pod {
+	endpoint := src.Endpoint
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: b.Namespace, Name: backupPodName(b.Name, b.Status.Attempts),
@@ -163,7 +172,8 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 			Containers: []corev1.Container{{
 				Name: backupContainer, Image: r.AgentImage,
 				Command: []string{"/usr/local/bin/etcd-pilot"},
-				Args: []string{"snapshot", "--endpoint=" + endpoint, "--member=" + member,
+				Args: []string{"snapshot", "--endpoint=" + endpoint, "--member=" + src.Member.Name,
+					"--member-id=" + etcd.FormatID(src.Member.ID), fmt.Sprintf("--applied-index=%d", src.Committed),
 					"--dir=" + backupMountPath, "--key=" + claimPath(c.Name, d, b.Name),
 					"--timeout=" + r.Timeout.String()},
 				TerminationMessagePath:   corev1.TerminationMessagePathDefault,

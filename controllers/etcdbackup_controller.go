@@ -42,6 +42,12 @@ const (
 	backupPendingTimeout = 10 * time.Minute
 	// DefaultBackupTimeout bounds one attempt (streaming the snapshot to its destination).
 	DefaultBackupTimeout = time.Hour
+	// backupCatchUpTimeout is how long a pass waits for a voting member to apply the leader's
+	// committed index read at the start, reading their status every backupCatchUpPoll; then
+	// the backup stays Pending (NoHealthyMember, saying which member applied what) and the
+	// next pass starts over.
+	backupCatchUpTimeout = 5 * time.Second
+	backupCatchUpPoll    = 200 * time.Millisecond
 )
 
 // EtcdBackupReconciler takes EtcdBackups: a snapshot streamed from a healthy, caught-up member
@@ -164,7 +170,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 	key := backupKey(b.Name)
 	// Record the attempt before streaming: a crash mid-stream shows as a Running backup that
 	// the next pass tries again, overwriting the same key.
-	r.running(b, now, src.Member.Name, store.Location(key))
+	r.running(b, now, src, store.Location(key))
 	// With an optimistic lock: a pass that read the backup from a cache that had not seen it
 	// succeed yet (the status write of the previous pass triggers this one) must not take a
 	// second snapshot over the stored one.
@@ -183,7 +189,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 		return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, err.Error())
 	}
 	defer cl.Close()
-	taken, failure, err := backup.Take(actx, cl, src.Endpoint, store, key)
+	taken, failure, err := backup.Take(actx, cl, src.Endpoint, backup.Expect{MemberID: src.Member.ID, AppliedIndex: src.Committed}, store, key)
 	if err != nil {
 		return r.retry(b, now, failureReason(failure), err.Error())
 	}
@@ -240,8 +246,56 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 		}
 		return backupplan.Source{}, nil, why, nil
 	}
-	src, why := backupplan.PickSource(*o.etcd, learnerMaxLag)
+	src, why, behind := backupplan.PickSource(*o.etcd, 0)
+	if behind {
+		src, why = r.awaitApplied(ctx, *o.etcd, t.tls)
+	}
 	return src, t.tls, why, nil
+}
+
+// awaitApplied waits up to backupCatchUpTimeout for a voting member of e to apply the leader's
+// committed index as e reports it (read at the start of the backup), reading the answering
+// voters' status again every backupCatchUpPoll, and returns the source PickSource chooses
+// then, or why there is none.
+func (r *EtcdBackupReconciler) awaitApplied(ctx context.Context, e etcd.Observed, tlsCfg *tls.Config) (backupplan.Source, string) {
+	committed := e.Status[e.Leader()].RaftIndex
+	_, why, _ := backupplan.PickSource(e, committed)
+	cl, err := r.DialEtcd(ctx, clientURLs(&e), tlsCfg)
+	if err != nil {
+		return backupplan.Source{}, why + "; " + err.Error()
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(backupCatchUpTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return backupplan.Source{}, why + "; " + ctx.Err().Error()
+		case <-time.After(backupCatchUpPoll):
+		}
+		next := etcd.Observed{Cluster: e.Cluster, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
+		for _, m := range e.Cluster.Members {
+			if _, ok := e.Status[m.ID]; !ok || m.IsLearner || len(m.ClientURLs) == 0 {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, r.EtcdTimeout)
+			st, err := cl.Status(sctx, m.ClientURLs[0])
+			cancel()
+			if err != nil {
+				next.StatusErr[m.ID] = err
+				continue
+			}
+			next.Status[m.ID] = st
+		}
+		src, w, behind := backupplan.PickSource(next, committed)
+		if w == "" {
+			return src, ""
+		}
+		why = w
+		if !behind {
+			break
+		}
+	}
+	return backupplan.Source{}, fmt.Sprintf("%s (after waiting up to %s)", why, backupCatchUpTimeout)
 }
 
 // failureReason is the reason of the Complete condition for a snapshot that failed with f.
@@ -314,13 +368,17 @@ func (r *EtcdBackupReconciler) fail(b *v1alpha1.EtcdBackup, now time.Time, reaso
 	return reconcile.Result{}, nil
 }
 
-func (r *EtcdBackupReconciler) running(b *v1alpha1.EtcdBackup, now time.Time, member, location string) {
+// running records an attempt: now (read before etcd was) as its start, and the source member
+// with the leader's committed index it has applied.
+func (r *EtcdBackupReconciler) running(b *v1alpha1.EtcdBackup, now time.Time, src backupplan.Source, location string) {
 	b.Status.Phase = v1alpha1.BackupRunning
 	b.Status.Attempts++
 	b.Status.StartTime = &metav1.Time{Time: now}
-	b.Status.Member, b.Status.Location = member, location
+	b.Status.Member, b.Status.Location = src.Member.Name, location
+	b.Status.MemberID, b.Status.CommittedIndex = etcd.FormatID(src.Member.ID), int64(src.Committed)
 	setComplete(b, metav1.ConditionFalse, v1alpha1.ReasonBackupRunning,
-		fmt.Sprintf("streaming the snapshot of %s to %s (attempt %d)", member, location, b.Status.Attempts))
+		fmt.Sprintf("streaming the snapshot of %s (member %s, which applied the leader's committed index %d) to %s (attempt %d)",
+			src.Member.Name, b.Status.MemberID, src.Committed, location, b.Status.Attempts))
 }
 
 func (r *EtcdBackupReconciler) succeed(b *v1alpha1.EtcdBackup, res backup.Report, c *v1alpha1.EtcdCluster) {

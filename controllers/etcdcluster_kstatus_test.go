@@ -16,7 +16,9 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -250,16 +252,18 @@ func TestKstatusReadsTheBackupAsTheOperatorMeansIt(t *testing.T) {
 		{"pending", func(b *v1alpha1.EtcdBackup) {
 			_, _ = r.pending(b, b.CreationTimestamp.Time, v1alpha1.ReasonNoHealthyMember, "no member answered")
 		}, status.InProgressStatus},
-		{"running", func(b *v1alpha1.EtcdBackup) { r.running(b, b.CreationTimestamp.Time, "etcd-0", "s3://b/k") }, status.InProgressStatus},
+		{"running", func(b *v1alpha1.EtcdBackup) {
+			r.running(b, b.CreationTimestamp.Time, backupplan.Source{Member: etcd.Member{ID: 1, Name: "etcd-0"}}, "s3://b/k")
+		}, status.InProgressStatus},
 		{"retrying", func(b *v1alpha1.EtcdBackup) {
-			r.running(b, b.CreationTimestamp.Time, "etcd-0", "s3://b/k")
+			r.running(b, b.CreationTimestamp.Time, backupplan.Source{Member: etcd.Member{ID: 1, Name: "etcd-0"}}, "s3://b/k")
 			_, _ = r.retry(b, b.CreationTimestamp.Time, v1alpha1.ReasonUploadFailed, "connection reset")
 		}, status.InProgressStatus},
 		{"failed", func(b *v1alpha1.EtcdBackup) {
 			_, _ = r.fail(b, b.CreationTimestamp.Time, v1alpha1.ReasonCredentialsInvalid, "Secret ns/s3 lacks accessKeyID")
 		}, status.FailedStatus},
 		{"succeeded", func(b *v1alpha1.EtcdBackup) {
-			r.running(b, b.CreationTimestamp.Time, "etcd-0", "s3://b/k")
+			r.running(b, b.CreationTimestamp.Time, backupplan.Source{Member: etcd.Member{ID: 1, Name: "etcd-0"}}, "s3://b/k")
 			r.succeed(b, backupReport(), &v1alpha1.EtcdCluster{})
 		}, status.CurrentStatus},
 	} {

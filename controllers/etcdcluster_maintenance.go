@@ -67,9 +67,10 @@ func (c *compactions) defragmentedSince(uid types.UID) map[uint64]bool {
 
 // maintenanceObservation builds the maintenance planner's view from this pass's etcd answers
 // and spec.maintenance. It asks etcd for the alarm list only when a member reports an alarm.
-func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, busy bool, now time.Time) maintenance.Observation {
+func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, busy bool, now time.Time,
+	defrag *plan.Defragmentation, defragWait string) maintenance.Observation {
 	o := maintenance.Observation{MaxLag: learnerMaxLag, Busy: busy, CompactedRevision: r.compacted.get(c.UID),
-		DefragmentedSinceCompaction: r.compacted.defragmentedSince(c.UID)}
+		DefragmentedSinceCompaction: r.compacted.defragmentedSince(c.UID), Defragmentation: defrag, DefragmentationWait: defragWait}
 	leader := e.Leader()
 	alarmed := false
 	for _, m := range e.Cluster.Members {
@@ -128,14 +129,23 @@ func (r *EtcdClusterReconciler) alarms(ctx context.Context, t topology, e *etcd.
 }
 
 // maintenanceStep asks the maintenance planner when membership and the rollout have nothing
-// to do (a) or only wait, and an alarm needs handling.
-func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, a plan.Step, now time.Time) plan.Step {
-	if e == nil || (a.Kind != plan.None && a.Kind != plan.Wait) {
+// to do (a) or only wait, and an alarm needs handling. While a recorded defragmentation
+// stands (defrag), the planner is asked whatever a is, and its AdvanceLog (the entries that
+// let the member's applied index show whether it is done) goes first: until the record
+// ends, the safety gate refuses every step that takes another voter down.
+func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, a plan.Step, now time.Time,
+	defrag *plan.Defragmentation, defragWait string) plan.Step {
+	if e == nil || (a.Kind != plan.None && a.Kind != plan.Wait && defrag == nil) {
 		return a
 	}
-	mo := r.maintenanceObservation(ctx, c, t, e, a.Kind != plan.None, now)
+	mo := r.maintenanceObservation(ctx, c, t, e, a.Kind != plan.None, now, defrag, defragWait)
 	m := maintenance.Decide(mo)
-	if m.Kind == plan.None || (a.Kind == plan.Wait && len(mo.Alarms) == 0) {
+	switch {
+	case defrag != nil && m.Kind == plan.AdvanceLog:
+		return m
+	case a.Kind != plan.None && a.Kind != plan.Wait:
+		return a
+	case m.Kind == plan.None || (a.Kind == plan.Wait && len(mo.Alarms) == 0):
 		return a
 	}
 	return m

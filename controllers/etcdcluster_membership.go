@@ -30,6 +30,14 @@ const (
 	// IntentAnnotation on the EtcdCluster holds the membership change in progress (JSON). It is
 	// written before the first irreversible etcd call of a change and removed when it ends.
 	IntentAnnotation = "etcdpilot.io/membership-intent"
+	// DefragmentationAnnotation on the EtcdCluster records the defragmentation in progress
+	// (plan.Defragmentation, JSON): written before the Defragment call, removed when it returns
+	// successfully or when etcd shows the member done. It lives beside the membership intent
+	// rather than on the membership ConfigMap: the pass reads it with the EtcdCluster it reads
+	// anyway (no extra read), it is written with the same optimistic lock (so two operator
+	// replicas during a leader-election hand-over cannot both start a defragmentation), and the
+	// ConfigMap is the members' own start-up configuration, re-applied from the spec.
+	DefragmentationAnnotation = "etcdpilot.io/defragmentation"
 	// MemberIDAnnotation on a member's volume claim (or, under emptyDir storage, on its pod)
 	// names the etcd member whose data it holds, stamped once the member has run on it.
 	MemberIDAnnotation = "etcdpilot.io/member-id"
@@ -85,7 +93,11 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		}
 		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
 	}
-	a = r.maintenanceStep(ctx, c, t, mo.Etcd, a, mo.Now)
+	defrag, defragWait, err := r.defragmentation(ctx, c, mo.Etcd)
+	if err != nil {
+		return a, err
+	}
+	a = r.maintenanceStep(ctx, c, t, mo.Etcd, a, mo.Now, defrag, defragWait)
 	if a, err = r.authStep(ctx, c, t, mo.Etcd, a); err != nil {
 		return a, err
 	}
@@ -97,6 +109,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		return a, err
 	}
 	ev := mo.Evidence()
+	ev.Defragmentation = defrag
 	if a.Kind == plan.UpdatePeerURL && mo.Etcd != nil {
 		// The gate's evidence that the member serves its new URL: ask it there, now.
 		ev.PeerURLAnswers = map[string]string{a.PeerURL: r.askPeer(ctx, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, o.peerSwitch.secret(c))}
@@ -555,6 +568,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 			opts = append(opts, client.GracePeriodSeconds(0))
 		}
 		err = ignoreGone(r.Client.Delete(ctx, pod, opts...))
+	case plan.Defragment:
+		err = r.defragment(ctx, c, t, mo, a)
 	case plan.EnsureRootUser, plan.EnableAuth, plan.DisableAuth:
 		err = r.authExec(ctx, c, t, mo.Etcd, a)
 	case plan.AddLearner:
@@ -702,20 +717,77 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 // during a leader-election hand-over, or a user's edit) the write fails and the next pass
 // decides again from what is stored.
 func (r *EtcdClusterReconciler) setIntent(ctx context.Context, c *v1alpha1.EtcdCluster, in *plan.Intent) error {
+	if in == nil {
+		return r.setRecord(ctx, c, IntentAnnotation, nil)
+	}
+	return r.setRecord(ctx, c, IntentAnnotation, in)
+}
+
+// setRecord stores v as JSON in annotation key of the EtcdCluster, or removes it when v is
+// nil, with setIntent's optimistic lock.
+func (r *EtcdClusterReconciler) setRecord(ctx context.Context, c *v1alpha1.EtcdCluster, key string, v any) error {
 	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	if in == nil {
-		delete(c.Annotations, IntentAnnotation)
+	if v == nil {
+		delete(c.Annotations, key)
 	} else {
-		b, err := json.Marshal(in)
+		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
-		c.Annotations[IntentAnnotation] = string(b)
+		c.Annotations[key] = string(b)
 	}
 	return r.Client.Patch(ctx, c, patch)
+}
+
+// defragment carries out a Defragment step: it records the defragmentation on the EtcdCluster
+// first (the member, the time, and the applied index, raft index and database size the
+// member reported in this pass), then calls etcd, and removes the record once the call
+// returned successfully. A call that fails or outlives its deadline, or an operator that
+// stops during it, leaves the record: the member counts as disrupted until etcd shows it
+// done (plan.DefragmentationOver). A record that cannot be stored stops the step before
+// etcd is called.
+func (r *EtcdClusterReconciler) defragment(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, a plan.Step) error {
+	rec := plan.Defragmentation{Member: a.Member, ID: a.ID, Since: time.Now().UTC().Truncate(time.Second)}
+	if mo.Etcd != nil {
+		st := mo.Etcd.Status[a.ID]
+		rec.AppliedIndex, rec.RaftIndex, rec.DBSize = st.AppliedIndex, st.RaftIndex, st.DBSize
+	}
+	if err := r.setRecord(ctx, c, DefragmentationAnnotation, rec); err != nil {
+		return fmt.Errorf("failed to record the defragmentation of %s before it starts: %w", a.Member, err)
+	}
+	if err := r.etcdStep(ctx, t, mo, a); err != nil {
+		return err
+	}
+	if err := r.setRecord(ctx, c, DefragmentationAnnotation, nil); err != nil {
+		// The defragmentation finished; the record goes once the next pass sees the member's
+		// database shrink or its applied index move.
+		log.FromContext(ctx).Info("the defragmentation finished, but its record stays until etcd shows it", "member", a.Member, "error", err.Error())
+	}
+	return nil
+}
+
+// defragmentation reads the defragmentation record of c. A readable record that etcd, read in
+// this pass (e), shows over is removed here, before any planner decides; one that stands is
+// returned with what it waits for. An unreadable one is returned as it is (the gate refuses
+// disruptions while it stands), never taken for none.
+func (r *EtcdClusterReconciler) defragmentation(ctx context.Context, c *v1alpha1.EtcdCluster, e *etcd.Observed) (*plan.Defragmentation, string, error) {
+	raw, ok := c.Annotations[DefragmentationAnnotation]
+	if !ok {
+		return nil, "", nil
+	}
+	d := plan.ParseDefragmentation(raw)
+	over, why := plan.DefragmentationOver(*d, e)
+	if !over {
+		return d, why, nil
+	}
+	if err := r.setRecord(ctx, c, DefragmentationAnnotation, nil); err != nil {
+		return nil, "", fmt.Errorf("failed to remove the record of the finished defragmentation of %s: %w", d.Member, err)
+	}
+	log.FromContext(ctx).Info("a recorded defragmentation is over", "member", d.Member, "since", d.Since, "evidence", why)
+	return nil, "", nil
 }
 
 // peerURL is the peer URL a pod advertises, from the rendered StatefulSet's

@@ -199,6 +199,17 @@ type EtcdBackupStatus struct {
 	// +optional
 	Member string `json:"member,omitempty"`
 
+	// MemberID is the etcd member ID (hexadecimal) of Member. The snapshot is streamed only
+	// when the member at Member's endpoint answers as this member.
+	// +optional
+	MemberID string `json:"memberID,omitempty"`
+
+	// CommittedIndex is the leader's raft committed index, read when the backup started (after
+	// startTime). Member had applied at least this index when its snapshot began, so the
+	// snapshot holds every write etcd acknowledged before startTime.
+	// +optional
+	CommittedIndex int64 `json:"committedIndex,omitempty"`
+
 	// Location is where the snapshot is stored: s3://bucket/key or
 	// pvc://claim/path.
 	// +optional

@@ -37,17 +37,36 @@ const (
 	FailedUpload    Failure = "UploadFailed"         // the store refused or lost the object
 )
 
+// Expect is what the member serving a snapshot must show before its stream is read: the
+// member ID the source was chosen as (0: any), and the applied index it must have reached
+// (the leader's committed index read when the backup started).
+type Expect struct {
+	MemberID     uint64
+	AppliedIndex uint64
+}
+
 // Take streams the snapshot of the member serving endpoint through a Verifier into store under
 // key. The snapshot is never held whole in memory or on local disk: Put streams it with memory
 // bounded by the store's part size. When the stream fails the integrity check, Put sees a read
 // error and stores nothing; Take deletes the key after any failure as well, so nothing
-// unverified stays under it. It returns the failure's class with the error.
-func Take(ctx context.Context, cl etcd.Client, endpoint string, store objstore.Store, key string) (Taken, Failure, error) {
+// unverified stays under it. A member that answers at endpoint as another member than want
+// names (the pod's name now serves a member that replaced it), or has not applied
+// want.AppliedIndex (it restarted and replays its log), fails the snapshot before anything is
+// stored. It returns the failure's class with the error.
+func Take(ctx context.Context, cl etcd.Client, endpoint string, want Expect, store objstore.Store, key string) (Taken, Failure, error) {
 	snap, err := cl.Snapshot(ctx, endpoint)
 	if err != nil {
 		return Taken{}, FailedSnapshot, err
 	}
 	defer snap.Close()
+	switch {
+	case want.MemberID != 0 && snap.MemberID != want.MemberID:
+		return Taken{}, FailedSnapshot, fmt.Errorf("the member at %s answered as %s, not as member %s the snapshot was to come from",
+			endpoint, etcd.FormatID(snap.MemberID), etcd.FormatID(want.MemberID))
+	case snap.AppliedIndex < want.AppliedIndex:
+		return Taken{}, FailedSnapshot, fmt.Errorf("member %s at %s had applied up to index %d, short of the leader's committed index %d read when the backup started",
+			etcd.FormatID(snap.MemberID), endpoint, snap.AppliedIndex, want.AppliedIndex)
+	}
 	src := &errReader{r: ctxReader{ctx: ctx, r: snap}}
 	v := NewVerifier(src)
 	n, err := store.Put(ctx, key, v)

@@ -31,6 +31,8 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.SetOutput(stderr)
 	endpoint := fs.String("endpoint", "", "client URL of the member to take the snapshot from")
 	member := fs.String("member", "", "name of that member, for the report")
+	memberID := fs.String("member-id", "", "etcd member ID (hexadecimal) the member at --endpoint must answer as; empty: any")
+	applied := fs.Uint64("applied-index", 0, "raft index the member must have applied before its snapshot is taken")
 	dir := fs.String("dir", "", "folder to store the snapshot in (a mounted volume claim)")
 	key := fs.String("key", "", "path of the snapshot file under --dir")
 	report := fs.String("report", "/dev/termination-log", "file the JSON report is written to (empty: stdout only)")
@@ -43,6 +45,14 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return errors.New("--endpoint, --dir and --key are required")
 	}
+	want := backup.Expect{AppliedIndex: *applied}
+	if *memberID != "" {
+		id, err := etcd.ParseID(*memberID)
+		if err != nil {
+			return fmt.Errorf("--member-id %q: %w", *memberID, err)
+		}
+		want.MemberID = id
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	var tlsCfg *tls.Config
@@ -52,7 +62,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return writeReport(stdout, *report, backup.Report{Failure: backup.FailedSnapshot, Error: err.Error()}, err)
 		}
 	}
-	rep, err := takeSnapshot(ctx, *endpoint, *member, *dir, *key, tlsCfg)
+	rep, err := takeSnapshot(ctx, *endpoint, *member, want, *dir, *key, tlsCfg)
 	return writeReport(stdout, *report, rep, err)
 }
 
@@ -74,13 +84,13 @@ func loadTLSDir(dir string) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
-func takeSnapshot(ctx context.Context, endpoint, member, dir, key string, tlsCfg *tls.Config) (backup.Report, error) {
+func takeSnapshot(ctx context.Context, endpoint, member string, want backup.Expect, dir, key string, tlsCfg *tls.Config) (backup.Report, error) {
 	cl, err := etcd.Dial(ctx, []string{endpoint}, tlsCfg)
 	if err != nil {
 		return backup.Report{Failure: backup.FailedSnapshot, Error: err.Error()}, err
 	}
 	defer cl.Close()
-	taken, failure, err := backup.Take(ctx, cl, endpoint, objstore.NewDir(dir), key)
+	taken, failure, err := backup.Take(ctx, cl, endpoint, want, objstore.NewDir(dir), key)
 	if err != nil {
 		return backup.Report{Failure: failure, Error: err.Error()}, err
 	}

@@ -145,6 +145,9 @@ type Snapshot struct {
 	Revision int64
 	// MemberID is the member that answered on the endpoint.
 	MemberID uint64
+	// AppliedIndex is the last raft entry the member had applied, from the same status call:
+	// the snapshot holds at least the writes up to it.
+	AppliedIndex uint64
 	// Version is the member's server version (e.g. 3.6.16), from the same status call.
 	Version string
 	// StorageVersion is the database's storage version (MAJOR.MINOR.0) that the snapshot
@@ -497,7 +500,7 @@ func (c *client) Snapshot(ctx context.Context, endpoint string) (*Snapshot, erro
 	}
 	return &Snapshot{
 		ReadCloser: &snapshotStream{endpoint: endpoint, r: resp.Snapshot, cancel: cancel, conn: conn},
-		Revision:   st.Header.Revision, MemberID: st.Header.MemberId, Version: st.Version, StorageVersion: resp.Version,
+		Revision:   st.Header.Revision, MemberID: st.Header.MemberId, AppliedIndex: st.RaftAppliedIndex, Version: st.Version, StorageVersion: resp.Version,
 	}, nil
 }
 

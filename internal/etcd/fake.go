@@ -196,7 +196,7 @@ func (f *Fake) MoveLeader(_ context.Context, leaderEndpoint string, transferee u
 	return nil
 }
 
-// Snapshot implements Client: it serves f.Snapshots[endpoint], with the revision, ID and version
+// Snapshot implements Client: it serves f.Snapshots[endpoint], with the revision, ID, applied index and version
 // of the endpoint's status, and its cluster version as the storage version. Closing the
 // snapshot counts as a call to "SnapshotClose".
 func (f *Fake) Snapshot(_ context.Context, endpoint string) (*Snapshot, error) {
@@ -212,7 +212,7 @@ func (f *Fake) Snapshot(_ context.Context, endpoint string) (*Snapshot, error) {
 	}
 	return &Snapshot{
 		ReadCloser: &fakeStream{Reader: bytes.NewReader(f.Snapshots[endpoint]), f: f},
-		Revision:   st.Revision, MemberID: st.ID, Version: st.Version, StorageVersion: st.ClusterVersion,
+		Revision:   st.Revision, MemberID: st.ID, AppliedIndex: st.AppliedIndex, Version: st.Version, StorageVersion: st.ClusterVersion,
 	}, nil
 }
 

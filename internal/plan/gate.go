@@ -47,6 +47,9 @@ type Evidence struct {
 	Record *MemberRecord
 	// Intent is the membership change in flight, nil when none.
 	Intent *Intent
+	// Defragmentation is the defragmentation the operator recorded before it started it, while
+	// the record stands (nil when none does).
+	Defragmentation *Defragmentation
 }
 
 // Invariant is one named rule of the safety gate. Check returns why step s breaks the rule
@@ -69,6 +72,7 @@ func (r *Refusal) Error() string { return r.Invariant + ": " + r.Why }
 var Invariants = []Invariant{
 	{"OneClusterID", oneClusterID},
 	{"EtcdIsTheTruth", etcdIsTheTruth},
+	{"DefragmentationCountsAsDisruption", defragmentationCountsAsDisruption},
 	{"VotersUpBeforeDisruption", votersUpBeforeDisruption},
 	{"NoHealthyVoterRemoved", noHealthyVoterRemoved},
 	{"OneLearner", oneLearner},
@@ -348,6 +352,36 @@ func votersUpBeforeDisruption(s Step, v *evidenceView) string {
 	if healthy < Quorum(after) {
 		return fmt.Sprintf("%s is down, and only %d of the other voting members are up, healthy and caught up, quorum of %d needs %d (%s)",
 			v.name(m), healthy, after, Quorum(after), strings.Join(sick, "; "))
+	}
+	return ""
+}
+
+// defragmentationCountsAsDisruption: while a defragmentation the operator recorded is not
+// shown over (DefragmentationOver), its member counts as down: no second member is
+// defragmented, no other voting member is taken down (a deleted pod, a removed member), and
+// leadership does not move to it. A frozen applied index does not pass for caught up,
+// whatever the committed index says. Steps on the member itself (restarting it) are left to
+// the other invariants; restores are judged by RestoreOnlyWithoutQuorum alone.
+func defragmentationCountsAsDisruption(s Step, v *evidenceView) string {
+	d := v.e.Defragmentation
+	if d == nil || isRestore(s) {
+		return ""
+	}
+	over, why := DefragmentationOver(*d, v.e.Etcd)
+	if over {
+		return ""
+	}
+	switch s.Kind {
+	case Defragment:
+		return why + ": one member is defragmented at a time"
+	case MoveLeader:
+		if s.Target == d.ID {
+			return "the transferee " + why
+		}
+	case DeletePod, RemoveMember:
+		if m, ok := v.disrupted(s); ok && m.ID != d.ID {
+			return fmt.Sprintf("%s: it counts as down, so voting member %s is not taken down meanwhile", why, v.name(m))
+		}
 	}
 	return ""
 }

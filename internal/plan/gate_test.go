@@ -134,6 +134,29 @@ func (f *gFix) intent(op IntentOp, k int32) *gFix {
 	return f
 }
 
+// defragging records a defragmentation of etc-k started when every member had applied index
+// 1000 and a 100 MiB database; since then the cluster committed up to 1200, which every
+// member knows (so etc-k passes the lag check on its committed index) and every member but
+// etc-k applied: its apply loop is blocked, its index frozen.
+func (f *gFix) defragging(k int32) *gFix {
+	for id, st := range f.e.Etcd.Status {
+		st.RaftIndex, st.AppliedIndex, st.DBSize = 1200, 1200, 100<<20
+		if id == gID(k) {
+			st.AppliedIndex = 1000
+		}
+		f.e.Etcd.Status[id] = st
+	}
+	f.e.Defragmentation = &Defragmentation{Member: gName(k), ID: gID(k), AppliedIndex: 1000, RaftIndex: 1000, DBSize: 100 << 20}
+	return f
+}
+
+func (f *gFix) status(k int32, edit func(st *etcd.MemberStatus)) *gFix {
+	st := f.e.Etcd.Status[gID(k)]
+	edit(&st)
+	f.e.Etcd.Status[gID(k)] = st
+	return f
+}
+
 func TestGate(t *testing.T) {
 	del := func(k int32) Step { return Step{Kind: DeletePod, Member: gName(k), Reason: v1alpha1.ReasonRollingOut} }
 	defrag := func(k int32) Step {
@@ -243,6 +266,31 @@ func TestGate(t *testing.T) {
 		{"restart under NOSPACE", gCluster(3).alarm("memberID:257 alarm:NOSPACE"), del(2), "VotersUpBeforeDisruption", "alarm:NOSPACE"},
 		{"compact", gCluster(3), Step{Kind: Compact, Revision: 42}, "", ""},
 		{"compact without a leader", gCluster(3).noLeader(), Step{Kind: Compact, Revision: 42}, "EtcdIsTheTruth", "no leader"},
+		// Path 5: a recorded defragmentation counts as a disruption until its member answers
+		// with an applied index that moved (or a database that shrank); a frozen index that
+		// passes the lag check on the committed index does not count as caught up.
+		{"a second defragmentation while one is recorded", gCluster(3).defragging(1), defrag(2),
+			"DefragmentationCountsAsDisruption", "etc-1 is being defragmented"},
+		{"the same member defragmented again while its record stands", gCluster(3).defragging(1), defrag(1),
+			"DefragmentationCountsAsDisruption", "etc-1 is being defragmented"},
+		{"restart another voter while a defragmentation is recorded", gCluster(3).defragging(1), del(2),
+			"DefragmentationCountsAsDisruption", "applied index stays at 1000"},
+		{"remove another voter while a defragmentation is recorded", gCluster(3).defragging(1).down(2), remove(2, v1alpha1.ReasonReplaceMember),
+			"DefragmentationCountsAsDisruption", "etc-1 is being defragmented"},
+		{"move leadership to the member being defragmented", gCluster(3).defragging(1), Step{Kind: MoveLeader, ID: gID(0), Target: gID(1)},
+			"DefragmentationCountsAsDisruption", "etc-1 is being defragmented"},
+		{"a defragmented member that does not answer", gCluster(3).defragging(1).down(1), del(2), "DefragmentationCountsAsDisruption", "does not answer"},
+		{"an unreadable defragmentation record", gCluster(3).with(func(e *Evidence) { e.Defragmentation = &Defragmentation{Unreadable: "bad JSON"} }), del(2),
+			"DefragmentationCountsAsDisruption", "unreadable"},
+		{"restart another voter once the defragmented member applied past its record", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) {
+			st.AppliedIndex = 1001
+		}), del(2), "", ""},
+		{"restart another voter once the defragmented member's database shrank", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) {
+			st.DBSize = 30 << 20
+		}), del(2), "", ""},
+		{"restart the member being defragmented itself", gCluster(3).defragging(1), del(1), "", ""},
+		{"delete a learner's pod while a defragmentation is recorded", gCluster(3).member(3, true).defragging(1), del(3), "", ""},
+		{"compact while a defragmentation is recorded", gCluster(3).defragging(1), Step{Kind: Compact, Revision: 42}, "", ""},
 		{"disarm NOSPACE", gCluster(3).alarm("memberID:257 alarm:NOSPACE"), disarm(1, AlarmNoSpace), "", ""},
 		{"disarm NOSPACE without a leader", gCluster(3).noLeader(), disarm(1, AlarmNoSpace), "EtcdIsTheTruth", "no leader"},
 		{"disarm CORRUPT", gCluster(3).alarm("memberID:257 alarm:CORRUPT"), disarm(1, AlarmCorrupt), "NeverDisarmCorrupt", "never disarmed"},

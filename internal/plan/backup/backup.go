@@ -21,27 +21,38 @@ type Source struct {
 	Member   etcd.Member
 	Status   etcd.MemberStatus
 	Endpoint string
+	// Committed is the leader's committed index read at the start of the backup; Status's
+	// AppliedIndex is at least Committed.
+	Committed uint64
 }
 
 // PickSource chooses the member to take a snapshot from: a voting member that answered, belongs
 // to the cluster the member list describes, reports no alarm or error, follows the current
-// leader and is caught up with it (at most maxLag raft entries behind). A follower is preferred,
+// leader, and has applied every entry up to committed, the leader's committed index read at
+// the start of the backup (0: the leader's RaftIndex in o). etcd acknowledges a write only
+// once it committed, so such a member holds every write acknowledged before the backup
+// started; a member that merely knows the committed index (a follower a few entries behind,
+// or one whose apply loop is blocked by a defragmentation) may not. A follower is preferred,
 // so the snapshot's disk and network load stays off the leader; among followers the one
-// furthest ahead. The leader serves only when no follower qualifies. It returns why no member
-// qualifies when none does.
-func PickSource(o etcd.Observed, maxLag uint64) (Source, string) {
+// furthest ahead. The leader serves when no follower qualifies (it too must have applied
+// committed). It returns why no member qualifies when none does, and whether waiting may help:
+// some otherwise healthy voter has only not applied committed yet, so the caller may read
+// the members' status again (with the same committed) until a deadline.
+func PickSource(o etcd.Observed, committed uint64) (Source, string, bool) {
 	leader := o.Leader()
 	if leader == 0 {
-		return Source{}, "the members follow no common leader: a snapshot now could miss acknowledged writes"
+		return Source{}, "the members follow no common leader: a snapshot now could miss acknowledged writes", false
 	}
-	leaderIndex := uint64(0)
-	if st, ok := o.Status[leader]; ok {
-		leaderIndex = st.RaftIndex
-	} else {
-		return Source{}, "the leader did not answer, so no member can be shown to be caught up"
+	if committed == 0 {
+		st, ok := o.Status[leader]
+		if !ok {
+			return Source{}, "the leader did not answer, so its committed index, which the snapshot must hold, is unknown", false
+		}
+		committed = st.RaftIndex
 	}
 	var out []Source
 	var why []string
+	behind := false
 	for _, m := range o.Cluster.Members {
 		name := plan.NameOr(m)
 		st, ok := o.Status[m.ID]
@@ -63,27 +74,29 @@ func PickSource(o etcd.Observed, maxLag uint64) (Source, string) {
 		case st.Leader != leader:
 			why = append(why, name+" follows another leader")
 			continue
-		case st.RaftIndex+maxLag < leaderIndex:
-			why = append(why, fmt.Sprintf("%s is %d raft entries behind the leader", name, leaderIndex-st.RaftIndex))
+		case st.AppliedIndex < committed:
+			why = append(why, fmt.Sprintf("%s applied up to index %d, short of the leader's committed index %d", name, st.AppliedIndex, committed))
+			behind = true
 			continue
 		}
-		out = append(out, Source{Member: m, Status: st, Endpoint: m.ClientURLs[0]})
+		out = append(out, Source{Member: m, Status: st, Endpoint: m.ClientURLs[0], Committed: committed})
 	}
 	if len(out) == 0 {
 		sort.Strings(why)
-		return Source{}, "no voting member is healthy and caught up: " + strings.Join(why, "; ")
+		return Source{}, fmt.Sprintf("no voting member is healthy and has applied the leader's committed index %d, read when the backup started: %s",
+			committed, strings.Join(why, "; ")), behind
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if (a.Member.ID == leader) != (b.Member.ID == leader) {
 			return b.Member.ID == leader
 		}
-		if a.Status.RaftIndex != b.Status.RaftIndex {
-			return a.Status.RaftIndex > b.Status.RaftIndex
+		if a.Status.AppliedIndex != b.Status.AppliedIndex {
+			return a.Status.AppliedIndex > b.Status.AppliedIndex
 		}
 		return a.Member.Name < b.Member.Name
 	})
-	return out[0], ""
+	return out[0], "", false
 }
 
 // Schedule is a parsed cron schedule in a time zone.

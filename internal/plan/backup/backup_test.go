@@ -11,7 +11,7 @@ import (
 )
 
 // cluster builds an observation of n voters etcd-0..n-1 (IDs 1..n), all answering, with the
-// leader ID leader, every member at raft index 100, after edit.
+// leader ID leader, every member at raft (committed) and applied index 100, after edit.
 func cluster(n int, leader uint64, edit func(*etcd.Observed)) etcd.Observed {
 	o := etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
 	for i := 0; i < n; i++ {
@@ -19,7 +19,7 @@ func cluster(n int, leader uint64, edit func(*etcd.Observed)) etcd.Observed {
 		name := fmt.Sprintf("etcd-%d", i)
 		o.Cluster.Members = append(o.Cluster.Members, etcd.Member{ID: id, Name: name,
 			ClientURLs: []string{"http://" + name + ":2379"}})
-		o.Status[id] = etcd.MemberStatus{ID: id, ClusterID: 7, Leader: leader, RaftIndex: 100}
+		o.Status[id] = etcd.MemberStatus{ID: id, ClusterID: 7, Leader: leader, RaftIndex: 100, AppliedIndex: 100}
 	}
 	if edit != nil {
 		edit(&o)
@@ -35,18 +35,40 @@ func editStatus(o *etcd.Observed, id uint64, f func(*etcd.MemberStatus)) {
 
 func TestPickSource(t *testing.T) {
 	cases := []struct {
-		name    string
-		o       etcd.Observed
-		want    string
-		wantWhy []string
+		name      string
+		o         etcd.Observed
+		committed uint64 // the leader's committed index read at the start; 0: the leader's in o
+		want      string
+		wantWhy   []string
+		wait      bool // none yet, but a member may apply the committed index soon
 	}{
 		{name: "a follower, not the leader", o: cluster(3, 1, nil), want: "etcd-1"},
 		{name: "the follower furthest ahead", o: cluster(3, 1, func(o *etcd.Observed) {
-			editStatus(o, 3, func(s *etcd.MemberStatus) { s.RaftIndex = 101 })
+			editStatus(o, 3, func(s *etcd.MemberStatus) { s.RaftIndex, s.AppliedIndex = 101, 101 })
 		}), want: "etcd-2"},
 		{name: "a lagging follower is skipped", o: cluster(3, 1, func(o *etcd.Observed) {
-			editStatus(o, 2, func(s *etcd.MemberStatus) { s.RaftIndex = 10 })
+			editStatus(o, 2, func(s *etcd.MemberStatus) { s.RaftIndex, s.AppliedIndex = 10, 10 })
 		}), want: "etcd-2"},
+		// Path 6: a follower that knows the leader's committed index but has not applied it
+		// lacks writes that may have been acknowledged before the backup started.
+		{name: "a follower that has not applied the committed index is skipped", o: cluster(3, 1, func(o *etcd.Observed) {
+			editStatus(o, 2, func(s *etcd.MemberStatus) { s.AppliedIndex = 99 })
+		}), want: "etcd-2"},
+		{name: "followers a few entries behind: the leader, which applied them", o: cluster(3, 1, func(o *etcd.Observed) {
+			editStatus(o, 2, func(s *etcd.MemberStatus) { s.AppliedIndex = 95 })
+			editStatus(o, 3, func(s *etcd.MemberStatus) { s.AppliedIndex = 99 })
+		}), want: "etcd-0"},
+		{name: "nobody applied the committed index yet: none, worth waiting", o: cluster(3, 1, func(o *etcd.Observed) {
+			for id := uint64(1); id <= 3; id++ {
+				editStatus(o, id, func(s *etcd.MemberStatus) { s.AppliedIndex = 90 })
+			}
+		}), wait: true, wantWhy: []string{"etcd-1 applied up to index 90, short of the leader's committed index 100"}},
+		{name: "the committed index read at the start, not a later one", o: cluster(3, 1, func(o *etcd.Observed) {
+			for id := uint64(1); id <= 3; id++ {
+				editStatus(o, id, func(s *etcd.MemberStatus) { s.RaftIndex, s.AppliedIndex = 200, 120 })
+			}
+			editStatus(o, 3, func(s *etcd.MemberStatus) { s.AppliedIndex = 150 })
+		}), committed: 150, want: "etcd-2"},
 		{name: "the leader when no follower qualifies", o: cluster(3, 1, func(o *etcd.Observed) {
 			delete(o.Status, 2)
 			editStatus(o, 3, func(s *etcd.MemberStatus) { s.Errors = []string{"alarm: NOSPACE"} })
@@ -63,20 +85,30 @@ func TestPickSource(t *testing.T) {
 			wantWhy: []string{"leader did not answer"}},
 		{name: "every member sick: none, each named", o: cluster(2, 1, func(o *etcd.Observed) {
 			editStatus(o, 1, func(s *etcd.MemberStatus) { s.Errors = []string{"alarm: CORRUPT"} })
-			editStatus(o, 2, func(s *etcd.MemberStatus) { s.RaftIndex = 1 })
-		}), wantWhy: []string{"etcd-0 reports alarm: CORRUPT", "etcd-1 is 99 raft entries behind"}},
+			editStatus(o, 2, func(s *etcd.MemberStatus) { s.RaftIndex, s.AppliedIndex = 1, 1 })
+		}), wait: true, wantWhy: []string{"etcd-0 reports alarm: CORRUPT", "etcd-1 applied up to index 1, short of the leader's committed index 100"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, why := PickSource(tc.o, 10)
+			got, why, wait := PickSource(tc.o, tc.committed)
 			if tc.want != "" {
 				if why != "" || got.Member.Name != tc.want || got.Endpoint != "http://"+tc.want+":2379" {
 					t.Fatalf("got %q at %q (why %q), want %s", got.Member.Name, got.Endpoint, why, tc.want)
+				}
+				committed := tc.committed
+				if committed == 0 {
+					committed = tc.o.Status[tc.o.Leader()].RaftIndex
+				}
+				if got.Committed != committed || got.Status.AppliedIndex < committed {
+					t.Fatalf("source %s records committed index %d and applied %d, want %d and at least that", got.Member.Name, got.Committed, got.Status.AppliedIndex, committed)
 				}
 				return
 			}
 			if got.Member.Name != "" {
 				t.Fatalf("got %s, want none", got.Member.Name)
+			}
+			if wait != tc.wait {
+				t.Errorf("worth waiting: %v, want %v (%s)", wait, tc.wait, why)
 			}
 			for _, w := range tc.wantWhy {
 				if !strings.Contains(why, w) {

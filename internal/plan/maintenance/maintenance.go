@@ -122,6 +122,11 @@ type Observation struct {
 	Busy bool
 	// MaxLag is how far (raft entries) a member may trail the leader and count as caught up.
 	MaxLag uint64
+	// Defragmentation is the defragmentation the operator recorded before it started it, when
+	// that record stands and etcd does not show it over (plan.DefragmentationOver); nil when
+	// none stands. DefragmentationWait is what DefragmentationOver says it waits for.
+	Defragmentation     *plan.Defragmentation
+	DefragmentationWait string
 }
 
 // Fragmented is how much of m's database file is free pages, in bytes and as a share of the
@@ -153,6 +158,15 @@ func Decide(o Observation) plan.Step {
 	if s, ok := v.corrupt(); ok {
 		return s
 	}
+	if o.Defragmentation != nil {
+		return v.whileDefragmenting(v.decide())
+	}
+	return v.decide()
+}
+
+// decide is Decide without a recorded defragmentation standing.
+func (v *view) decide() plan.Step {
+	o := v.o
 	if v.alarmed(plan.AlarmNoSpace) {
 		return v.noSpace()
 	}
@@ -174,6 +188,34 @@ func Decide(o Observation) plan.Step {
 			name(wanted[0]), why[wanted[0].ID], problem))
 	}
 	return v.defragmentNext(wanted, func(m Member) string { return why[m.ID] })
+}
+
+// ProbeEntries is how many raft entries the planner appends (AdvanceLog) to see whether a
+// member with a recorded defragmentation applies them.
+const ProbeEntries = 2
+
+// whileDefragmenting replaces step s, decided as if no defragmentation were recorded, while
+// one stands: no other member is defragmented and leadership does not move for one (the
+// compaction and the disarming of the NOSPACE recovery go on: they disturb no member). On a
+// cluster that committed nothing since the record, the member's applied index cannot move
+// by itself, so the planner appends ProbeEntries entries that change no key: the next pass
+// sees the member apply them (done) or not (still busy). Not under a NOSPACE alarm: etcd
+// refuses the lease grants it takes; there a defragmentation that finished shows in the
+// member's smaller database.
+func (v *view) whileDefragmenting(s plan.Step) plan.Step {
+	d := v.o.Defragmentation
+	switch s.Kind {
+	case plan.Compact, plan.DisarmAlarm:
+		return s
+	}
+	if d.Unreadable == "" && v.leader != nil && v.leaderIdx <= d.AppliedIndex && !v.alarmed(plan.AlarmNoSpace) {
+		return plan.Step{Kind: plan.AdvanceLog, Entries: ProbeEntries, Member: d.Member, Reason: v1alpha1.ReasonDefragmenting,
+			Message: fmt.Sprintf("appending %d raft entries that change no key, so that the applied index of %s can show whether its defragmentation (recorded at applied index %d) is over: %s",
+				ProbeEntries, d.Member, d.AppliedIndex, v.o.DefragmentationWait)}
+	}
+	w := plan.Waiting(v1alpha1.ReasonDefragmenting, v.o.DefragmentationWait+"; maintenance waits until it is over")
+	w.Member = d.Member
+	return w
 }
 
 func none() plan.Step { return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled} }

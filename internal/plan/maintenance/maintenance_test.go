@@ -49,6 +49,16 @@ func down(k int) edit {
 
 func lag(k int, n uint64) edit { return func(o *Observation) { o.Members[k].RaftIndex = 1000 - n } }
 
+// defragging records a defragmentation of e-k that started at applied index applied and is
+// not shown over.
+func defragging(k int, applied uint64) edit {
+	return func(o *Observation) {
+		m := o.Members[k]
+		o.Defragmentation = &plan.Defragmentation{Member: m.Name, ID: m.ID, AppliedIndex: applied, RaftIndex: applied, DBSize: m.DBSize}
+		o.DefragmentationWait = m.Name + " is being defragmented (frozen)"
+	}
+}
+
 func learner(k int) edit { return func(o *Observation) { o.Members[k].Voter = false } }
 
 func leader(k int) edit {
@@ -144,6 +154,28 @@ func TestDecide(t *testing.T) {
 			msg: "e-1 trails the leader by 500 raft entries"},
 		{name: "no leader", o: with(cluster(3), sizes(2, 400, 100), leader(-1)), kind: plan.Wait, msg: "no leader is known"},
 		{name: "no leader, nothing to do", o: with(cluster(3), leader(-1)), kind: plan.None},
+
+		// Path 5: a recorded defragmentation that is not shown over holds every other one.
+		{name: "a recorded defragmentation holds the next", o: with(cluster(3), sizes(2, 400, 100), defragging(1, 900)),
+			kind: plan.Wait, reason: v1alpha1.ReasonDefragmenting, member: "e-1", msg: "e-1 is being defragmented (frozen)"},
+		{name: "a recorded defragmentation holds the leader's hand-over", o: with(cluster(3), sizes(0, 900, 100), defragging(1, 900)),
+			kind: plan.Wait, reason: v1alpha1.ReasonDefragmenting, msg: "e-1 is being defragmented"},
+		{name: "a recorded defragmentation on a cluster that commits nothing: append entries to see it move", o: with(cluster(3), defragging(1, 1000)),
+			kind: plan.AdvanceLog, reason: v1alpha1.ReasonDefragmenting, msg: "so that the applied index of e-1 can show"},
+		{name: "the probe runs when disabled and busy", o: with(cluster(3), defragging(1, 1000), func(o *Observation) { o.Policy, o.Busy = Policy{}, true }),
+			kind: plan.AdvanceLog},
+		{name: "a frozen member while the others are quiet waits, nothing to do", o: with(cluster(3), defragging(1, 900)),
+			kind: plan.Wait, reason: v1alpha1.ReasonDefragmenting, msg: "e-1 is being defragmented"},
+		{name: "an unreadable record holds defragmentations", o: with(cluster(3), sizes(2, 400, 100), func(o *Observation) {
+			o.Defragmentation, o.DefragmentationWait = &plan.Defragmentation{Unreadable: "bad"}, "the stored defragmentation record is unreadable"
+		}), kind: plan.Wait, msg: "unreadable"},
+		{name: "NOSPACE: a recorded defragmentation does not hold the compaction", o: with(cluster(3), quota(100*mib), sizes(1, 100, 95),
+			alarm(2, plan.AlarmNoSpace), defragging(1, 1000)), kind: plan.Compact},
+		{name: "NOSPACE: no entry is appended (etcd refuses the lease grants), the defragmentation waits", o: with(cluster(3), quota(100*mib),
+			sizes(0, 100, 40), sizes(1, 100, 50), sizes(2, 100, 30), alarm(2, plan.AlarmNoSpace), compacted, defragging(1, 1000)),
+			kind: plan.Wait, reason: v1alpha1.ReasonDefragmenting, msg: "e-1 is being defragmented"},
+		{name: "CORRUPT before a recorded defragmentation", o: with(cluster(3), alarm(2, plan.AlarmCorrupt), defragging(1, 1000)), kind: plan.Wait,
+			reason: v1alpha1.ReasonCorruptAlarm},
 
 		{name: "CORRUPT", o: with(cluster(3), sizes(2, 400, 100), alarm(2, plan.AlarmCorrupt)), kind: plan.Wait, reason: v1alpha1.ReasonCorruptAlarm,
 			member: "e-1", msg: "CORRUPT alarm (member e-1)"},
@@ -496,7 +528,7 @@ func evidence(o Observation) plan.Evidence {
 		errs = append(errs, fmt.Sprintf("memberID:%d alarm:%s ", a.MemberID, a.Type))
 	}
 	e := plan.Evidence{Etcd: obs, StatefulSet: "e", StsReplicas: int32(len(o.Members)), Desired: int32(len(o.Members)), Formed: true,
-		PeerURL: peer, MaxLag: o.MaxLag}
+		PeerURL: peer, MaxLag: o.MaxLag, Defragmentation: o.Defragmentation}
 	for k, m := range o.Members {
 		obs.Cluster.Members = append(obs.Cluster.Members, etcd.Member{ID: m.ID, Name: m.Name, PeerURLs: []string{peer(m.Name)},
 			ClientURLs: []string{"http://" + m.Name + ":2379"}, IsLearner: !m.Voter})
