@@ -150,9 +150,14 @@ func (r *EtcdClusterReconciler) rootPassword(ctx context.Context, c *v1alpha1.Et
 	return password, nil
 }
 
-// authRefused reports whether etcd refused the operator as a user (unknown, or not allowed).
+// authRefused reports whether etcd refused the operator as a user: none (no client
+// certificate, so "user name is empty"), unknown, not allowed, or a token etcd does not take.
 func authRefused(err error) bool {
-	for _, e := range []error{rpctypes.ErrUserNotFound, rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed} {
+	if err == nil {
+		return false
+	}
+	for _, e := range []error{rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound, rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision} {
 		if errors.Is(err, e) || strings.Contains(err.Error(), rpctypes.ErrorDesc(e)) {
 			return true
 		}

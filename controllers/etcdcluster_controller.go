@@ -249,7 +249,7 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 // status. An invalid spec is reported in conditions and is not retried until it changes.
 func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
-	obs := observation{generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c), now: time.Now()}
+	obs := observation{cluster: c.Name, generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c), now: time.Now()}
 	_, obs.targetVersion = versionTargets(c)
 	obs.snapshotCount = snapshotCount(c)
 	obs.specReplicas = specReplicas(c)
@@ -325,7 +325,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	c.Status.TLSTransition = nil
 	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
 		c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{Client: st}
-		obs.clientSwitch = st.Message
+		obs.clientSwitch, obs.clientSwitchHeld = st.Message, sw.decision.HeldForAuth
 	}
 	if st := ps.status(); st != nil {
 		if c.Status.TLSTransition == nil {
@@ -352,9 +352,10 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	backupNext, backupErr := r.reconcileBackups(ctx, c, &obs)
 	var memberErr error
 	restoring := false
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil {
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && obs.authRefused == nil {
 		// A restore (spec.bootstrap, or disaster recovery) goes first; membership, rollout and
-		// maintenance wait while one is wanted or under way.
+		// maintenance wait while one is wanted or under way. etcd refusing the operator as a
+		// user answered it: that is no lost quorum, and nothing to restore over.
 		a, err := r.reconcileRestore(ctx, c, topo, &obs, desired)
 		if a.Kind != plan.None || err != nil {
 			obs.membership, memberErr, restoring = &a, err, true
@@ -363,6 +364,16 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil && backupErr == nil && !restoring {
 		a, err := r.reconcileMembership(ctx, c, topo, &obs)
 		obs.membership, memberErr = &a, err
+		switch {
+		case err != nil && authRefused(err):
+			// etcd refuses the operator the step as a user: no retry changes that; say why
+			// and how to fix it, and look again later.
+			obs.authRefused, memberErr = err, nil
+			obs.membership = &plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonAuthLockedOut, Message: authLockoutMessage(obs)}
+		case err == nil && (a.Kind == plan.EnableAuth || a.Kind == plan.DisableAuth):
+			// What etcd says after the step, for admission (status.authEnabled).
+			obs.auth = &etcd.AuthState{Enabled: a.Kind == plan.EnableAuth}
+		}
 	}
 	setStatus(c, obs, topo)
 	recordObservedMetrics(c, obs, backupErr)

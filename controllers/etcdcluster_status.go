@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -28,6 +30,8 @@ import (
 // observation is everything one pass knows about a cluster. Conditions are a pure function of
 // it.
 type observation struct {
+	// cluster is the EtcdCluster's name.
+	cluster      string
 	generation   int64
 	specReplicas int32
 	paused       bool
@@ -55,6 +59,19 @@ type observation struct {
 	// pass's observation, by member ID, also when none could read the member list.
 	answers map[uint64]etcd.MemberStatus
 
+	// auth is etcd's authentication state read in this pass (nil when it was not read or
+	// etcd did not answer); authRefused is an answer of etcd in this pass that refused the
+	// operator as a user (none, unknown, not allowed), nil when none did.
+	auth        *etcd.AuthState
+	authRefused error
+	// listVoters is the number of voting members in etcd's member list read linearizably
+	// (which needs a leader with a quorum) when etcd refused the operator its status calls:
+	// the evidence that the cluster serves. 0 when not read.
+	listVoters int
+	// operatorUser is who the operator is in etcd: its client certificate's common name (""
+	// when it dials without one).
+	operatorUser string
+
 	// membership is the membership step of this pass; nil when none was considered
 	// (paused, invalid spec, nothing applied yet).
 	membership *plan.Step
@@ -79,6 +96,9 @@ type observation struct {
 	// clientSwitch is where a switch of the client port between plain and TLS stands (""
 	// when none runs).
 	clientSwitch string
+	// clientSwitchHeld is true when the switch to plain holds because etcd's authentication
+	// is on (or could not be read): clientSwitch says what to do.
+	clientSwitchHeld bool
 	// peerSwitch is the switch of the peer side between plain and TLS, nil when none runs.
 	peerSwitch *peerSwitch
 }
@@ -147,14 +167,71 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 		return nil
 	}
 	defer cl.Close()
-	obs, answers, err := etcd.ObserveEndpoints(ctx, cl, endpoints, timeout)
+	o.operatorUser = operatorUser(t)
+	rec := &refusals{Client: cl}
+	obs, answers, err := etcd.ObserveEndpoints(ctx, rec, endpoints, timeout)
 	o.answers = answers
+	o.authRefused = rec.first()
 	if err != nil {
 		o.etcdErr, o.reached = err, len(answers)
+		if o.authRefused != nil {
+			// etcd answers, and refuses the operator its status calls (they need a user
+			// while authentication is on): that is no outage. The member list needs no
+			// user, and etcd serves it only through a leader with a quorum.
+			lctx, cancel := context.WithTimeout(ctx, timeout)
+			list, lerr := cl.MemberList(lctx)
+			cancel()
+			if lerr == nil {
+				for _, m := range list.Members {
+					if !m.IsLearner {
+						o.listVoters++
+					}
+				}
+			}
+		}
 		return nil
 	}
 	o.etcd = &obs
+	// etcd's authentication, once per pass: whether the operator is locked out, and what
+	// admission reads in status.authEnabled.
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	st, err := cl.Auth(actx, nil)
+	cancel()
+	switch {
+	case err == nil:
+		o.auth = &st
+	case authRefused(err):
+		// etcd answers this only without authentication, or to root.
+		o.auth, o.authRefused = &etcd.AuthState{Enabled: true}, err
+	}
 	return nil
+}
+
+// refusals is an etcd client that keeps the first answer of etcd refusing the operator as a
+// user, among the status calls of an observation (which drops their errors).
+type refusals struct {
+	etcd.Client
+	mu  sync.Mutex
+	err error
+}
+
+// Status implements etcd.Client.
+func (r *refusals) Status(ctx context.Context, endpoint string) (etcd.MemberStatus, error) {
+	st, err := r.Client.Status(ctx, endpoint)
+	if authRefused(err) {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+	}
+	return st, err
+}
+
+func (r *refusals) first() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // setStatus fills c.Status from o. It keeps LastTransitionTime of conditions whose status did
@@ -208,6 +285,14 @@ func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
 	}
 	if o.upgradeKnown {
 		s.Upgrade = o.upgrade
+	}
+	// What admission reads before it lets the operator's client certificate go; kept as it
+	// was when etcd was not asked.
+	switch {
+	case o.auth != nil:
+		s.AuthEnabled = ptr.To(o.auth.Enabled)
+	case o.authRefused != nil:
+		s.AuthEnabled = ptr.To(true)
 	}
 	for _, cond := range conditions(o) {
 		cond.ObservedGeneration = o.generation
@@ -319,6 +404,13 @@ func availableCondition(o observation) metav1.Condition {
 		}
 		return c
 	}
+	if o.listVoters > 0 {
+		// etcd refuses the operator the members' status (authentication), but served it
+		// the member list linearizably, which only a leader with a quorum does.
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
+		c.Message = fmt.Sprintf("etcd served its member list (%d voting members) through a leader with a quorum; it refuses the operator the members' status: %v", o.listVoters, o.authRefused)
+		return c
+	}
 	var ready int32
 	if o.sts != nil {
 		ready = o.sts.Status.ReadyReplicas
@@ -409,6 +501,10 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Reason, c.Message = specErrReason(o.specErr), o.specErr.Error()
 	case o.applyErr != nil:
 		c.Reason, c.Message = v1alpha1.ReasonApplyFailed, o.applyErr.Error()
+	case o.clientSwitchHeld:
+		c.Reason, c.Message = v1alpha1.ReasonAuthStillEnabled, o.clientSwitch
+	case lockedOut(o):
+		c.Reason, c.Message = v1alpha1.ReasonAuthLockedOut, authLockoutMessage(o)
 	case o.membership != nil && degrades(o.membership.Reason):
 		c.Reason, c.Message = o.membership.Reason, o.membership.Message
 	case o.etcd == nil && o.etcdAsked && o.wasAvailable && o.reached > 0:
@@ -434,6 +530,31 @@ func degradedCondition(o observation, prog metav1.Condition) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "nothing needs attention"
 	}
 	return c
+}
+
+// lockedOut reports whether etcd refuses the operator as a user: it refused one of its calls
+// in this pass, or reports its authentication on while the operator presents no client
+// certificate (and so is no user).
+func lockedOut(o observation) bool {
+	return o.authRefused != nil || (o.auth != nil && o.auth.Enabled && o.operatorUser == "")
+}
+
+// authLockoutMessage says what etcd refuses the operator and how to give it its identity
+// back. o must be lockedOut.
+func authLockoutMessage(o observation) string {
+	var b strings.Builder
+	if o.operatorUser == "" {
+		b.WriteString("etcd's authentication is on and the operator has no identity in etcd: it reaches the members without a client certificate (spec.tls.client was removed, or clientCertAuth is off), so it is no user")
+	} else {
+		fmt.Fprintf(&b, "etcd's authentication is on and does not take the operator's client certificate (common name %s) as a user with the root role", o.operatorUser)
+	}
+	if o.authRefused != nil {
+		fmt.Fprintf(&b, " (etcd answered: %v)", o.authRefused)
+	}
+	fmt.Fprintf(&b, ". etcd refuses it membership changes, defragmentation and snapshots: lost members are not replaced, backups fail and disaster recovery has no fresh backup. "+
+		"To fix it, give the operator its identity back: put spec.tls.client back (with acceptPlain: true while clients use plain HTTP, and clientCertAuth on), then set spec.auth.enabled: false and wait for the operator to turn authentication off before removing tls.client; "+
+		"or turn authentication off yourself as etcd's root user: etcdctl --user root auth disable (the password is in Secret %s)", v1alpha1.RootAuthSecretName(o.cluster))
+	return b.String()
 }
 
 // quorate reports whether a quorum of the voting members answered.

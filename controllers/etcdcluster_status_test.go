@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
@@ -45,6 +48,9 @@ func cluster(n int, leader uint64, unhealthy []uint64, alarms []uint64) *etcd.Ob
 	}
 	return o
 }
+
+// errUserEmpty is how etcd refuses a call without a user while authentication is on.
+var errUserEmpty = fmt.Errorf("failed to get status of etcd member http://m1:2379: %w", rpctypes.ErrUserEmpty)
 
 func contains(ids []uint64, id uint64) bool {
 	for _, x := range ids {
@@ -111,6 +117,36 @@ func TestConditions(t *testing.T) {
 			name:      "no leader is not available",
 			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 0, nil, nil)},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
+		},
+		{
+			name: "etcd refuses the operator its status calls (auth on, no user) but serves the member list: locked out, not unreachable",
+			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true,
+				etcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), authRefused: errUserEmpty, listVoters: 3},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
+		},
+		{
+			name: "etcd refuses the operator its status calls and its member list: locked out, quorum not known",
+			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true,
+				etcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), authRefused: errUserEmpty},
+			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/NotAvailable",
+		},
+		{
+			name: "etcd answers, reports auth on, and the operator has no client certificate: locked out",
+			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil),
+				auth: &etcd.AuthState{Enabled: true}},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
+		},
+		{
+			name: "etcd reports auth on and the operator presents its certificate: as expected",
+			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil),
+				auth: &etcd.AuthState{Enabled: true}, operatorUser: "etcd-pilot"},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
+		},
+		{
+			name: "the client port's switch to plain holds while etcd's auth is on",
+			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil),
+				auth: &etcd.AuthState{Enabled: true}, operatorUser: "etcd-pilot", clientSwitch: "etcd's authentication is on", clientSwitchHeld: true},
+			available: "True/QuorumAvailable", progressing: "True/SwitchingClientTLS", degraded: "True/AuthStillEnabled", ready: "False/Degraded",
 		},
 		{
 			name:      "a formed cluster with a pod not ready and etcd unreachable is degraded",
@@ -279,5 +315,26 @@ func TestTotalOutageShowsInOnePass(t *testing.T) {
 		if m.Healthy {
 			t.Fatalf("without a quorum member %s is reported healthy", m.Name)
 		}
+	}
+}
+
+// TestAuthLockoutMessageSaysWhatAndHow: AuthLockedOut names what etcd answered and both ways
+// out (the operator's certificate back, or root turning authentication off).
+func TestAuthLockoutMessageSaysWhatAndHow(t *testing.T) {
+	o := observation{cluster: "demo", authRefused: errUserEmpty}
+	if !lockedOut(o) {
+		t.Fatal("an answer refusing the operator as a user is a lock-out")
+	}
+	msg := authLockoutMessage(o)
+	for _, want := range []string{"no identity", "user name is empty", "spec.tls.client back", "spec.auth.enabled: false", "etcdctl --user root auth disable", "demo-root-auth"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not say %q", msg, want)
+		}
+	}
+	if lockedOut(observation{auth: &etcd.AuthState{Enabled: false}}) || lockedOut(observation{auth: &etcd.AuthState{Enabled: true}, operatorUser: "etcd-pilot"}) {
+		t.Fatal("auth off, or on with the operator's certificate, is no lock-out")
+	}
+	if !authRefused(errUserEmpty) || !authRefused(fmt.Errorf("x: %w", rpctypes.ErrInvalidAuthToken)) || authRefused(errors.New("context deadline exceeded")) {
+		t.Fatal("authRefused does not tell etcd's auth errors from others")
 	}
 }

@@ -105,7 +105,52 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 		s.obs.Members = append(s.obs.Members, tlsswitch.Member{Name: m.Name, Advertises: tlsswitch.FromURLs(m.ClientURLs)})
 	}
 	s.decision = tlsswitch.Decide(s.obs)
+	if !s.decision.NeedAuth {
+		return s, nil
+	}
+	// Before the operator stops presenting its client certificate: etcd's authentication,
+	// read over TLS with that certificate (spec.auth may be gone while etcd keeps it on).
+	s.obs.Auth, s.obs.AuthErr = tlsswitch.AuthUnknown, ""
+	acfg := cfg
+	if acfg == nil {
+		if acfg, err = fallbackClientTLS(ctx, kc, c); err != nil {
+			s.obs.AuthErr = err.Error()
+		}
+	}
+	if acfg != nil {
+		t.clientScheme = "https"
+		st, err := authStateOf(ctx, dial, timeout, t, started, acfg)
+		switch {
+		case err == nil && st.Enabled:
+			s.obs.Auth = tlsswitch.AuthOn
+		case err == nil:
+			s.obs.Auth = tlsswitch.AuthOff
+		case authRefused(err):
+			// etcd refuses the certificate's user: authentication is on.
+			s.obs.Auth = tlsswitch.AuthOn
+		default:
+			s.obs.AuthErr = err.Error()
+		}
+	}
+	s.decision = tlsswitch.Decide(s.obs)
 	return s, nil
+}
+
+// authStateOf reads etcd's authentication state (no users) from the started member pods,
+// dialing their client URLs (t's scheme) with cfg, within timeout.
+func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.AuthState, error) {
+	var endpoints []string
+	for _, p := range started {
+		endpoints = append(endpoints, t.endpoint(p))
+	}
+	cl, err := dial(ctx, endpoints, cfg)
+	if err != nil {
+		return etcd.AuthState{}, err
+	}
+	defer cl.Close()
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return cl.Auth(actx, nil)
 }
 
 // memberListOf reads etcd's member list from the started member pods, dialing their client

@@ -127,8 +127,9 @@ func (f *fakeEtcds) set(ns string, fake *etcd.Fake) {
 	f.byNamespace[ns] = fake
 }
 
-// dial finds the namespace in the first endpoint (http://<pod>.<svc>.<ns>.svc:port).
-func (f *fakeEtcds) dial(_ context.Context, endpoints []string, _ *tls.Config) (etcd.Client, error) {
+// dial finds the namespace in the first endpoint (http://<pod>.<svc>.<ns>.svc:port) and hands
+// out its fake as a client dialing with cfg sees it.
+func (f *fakeEtcds) dial(_ context.Context, endpoints []string, cfg *tls.Config) (etcd.Client, error) {
 	host := strings.TrimPrefix(endpoints[0], "http://")
 	parts := strings.Split(host, ".")
 	if len(parts) < 3 {
@@ -140,7 +141,8 @@ func (f *fakeEtcds) dial(_ context.Context, endpoints []string, _ *tls.Config) (
 	if !ok {
 		return nil, fmt.Errorf("failed to dial etcd at %v: no etcd in this test", endpoints)
 	}
-	return fake, nil
+	// Without a client certificate the operator is no user: under auth, etcd refuses it.
+	return fake.As(cfg), nil
 }
 
 // reconciles returns how many passes the EtcdCluster controller has finished.

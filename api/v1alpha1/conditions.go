@@ -224,9 +224,18 @@ const (
 	ReasonEnablingAuth = "EnablingAuth"
 	// ReasonDisablingAuth : the operator is turning etcd's authentication off.
 	ReasonDisablingAuth = "DisablingAuth"
-	// ReasonAuthLockedOut : etcd's authentication is on and the operator's client
-	// certificate maps to no user with the root role; the message says how root fixes it.
+	// ReasonAuthLockedOut : etcd's authentication is on and the operator has no identity etcd
+	// accepts as root: its client certificate maps to no user with the root role, or it has
+	// none (tls.client removed, clientCertAuth off), so etcd refuses its membership changes,
+	// maintenance and snapshots ("user name is empty", "permission denied"). The message says
+	// what etcd refused and how to fix it.
 	ReasonAuthLockedOut = "AuthLockedOut"
+	// ReasonAuthStillEnabled : the spec asks the client port to stop serving TLS (tls.client
+	// removed), which takes the operator's client certificate, its identity in etcd, away,
+	// while etcd reports its authentication on (or could not be asked): the switch holds, TLS
+	// stays served and the operator keeps dialing with its certificate, until etcd reports
+	// authentication off (set spec.auth.enabled: false and the operator turns it off).
+	ReasonAuthStillEnabled = "AuthStillEnabled"
 )
 
 // Safety gate reasons.
@@ -294,6 +303,7 @@ var ReasonEffects = map[string]Effect{
 	ReasonEnablingAuth:        EffectProgresses,
 	ReasonDisablingAuth:       EffectProgresses,
 	ReasonAuthLockedOut:       EffectDegrades,
+	ReasonAuthStillEnabled:    EffectDegrades,
 }
 
 // Stalls says, for every reason that degrades, whether it also stalls (Stalled=True, kstatus
@@ -325,6 +335,8 @@ var Stalls = map[string]bool{
 	ReasonUpgradeStalled: true,
 	ReasonCorruptAlarm:   true,
 	ReasonAuthLockedOut:  true,
+	// The client TLS switch waits for spec.auth.enabled: false (or tls.client back).
+	ReasonAuthStillEnabled: true,
 
 	// An upgrade waits for its backup, which failed: delete the EtcdBackup to take it again.
 	// A scheduled backup that failed for good stalls too until a newer one succeeds.

@@ -628,6 +628,14 @@ type EtcdClusterStatus struct {
 	// +optional
 	TLSTransition *TLSTransitionStatus `json:"tlsTransition,omitempty"`
 
+	// AuthEnabled is whether etcd's authentication was on when the operator last read it
+	// (etcd's authentication status, or etcd refusing the operator as no user); absent until
+	// it was read. Admission reads it: the operator's client certificate identity
+	// (tls.client with clientCertAuth) cannot be removed while it is true, or, before it was
+	// read, while spec.auth was set.
+	// +optional
+	AuthEnabled *bool `json:"authEnabled,omitempty"`
+
 	// Restore is the latest restore of the cluster's data (spec.bootstrap or disaster
 	// recovery): what was restored, and where it stands.
 	// +optional
@@ -670,6 +678,7 @@ type UpgradeStatus struct {
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec) || !has(oldSelf.spec.version) || !has(self.spec.version) || !self.spec.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || !oldSelf.spec.version.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$') || int(self.spec.version.split('.')[1]) >= int(oldSelf.spec.version.split('.')[1]) || (has(self.status) && has(self.status.clusterVersion) && self.status.clusterVersion.matches('^[0-9]+\\\\.[0-9]+\\\\.') && int(self.spec.version.split('.')[1]) >= int(self.status.clusterVersion.split('.')[1]))",messageExpression="'version cannot go from ' + oldSelf.spec.version + ' down to ' + self.spec.version + ': ' + (has(self.status) && has(self.status.clusterVersion) ? 'etcd already runs the cluster at version ' + self.status.clusterVersion + ' (status.clusterVersion)' : 'the cluster version etcd runs is not known yet') + '. A downgrade across minor versions needs etcd\\'s downgrade procedure, which etcd-pilot does not run; going back a minor is allowed only while an upgrade has not completed (the cluster version is still the older minor)'"
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.spec) && has(oldSelf.spec.tls) && has(oldSelf.spec.tls.client) && (!has(oldSelf.spec.tls.client.clientCertAuth) || oldSelf.spec.tls.client.clientCertAuth)) || (has(self.spec) && has(self.spec.tls) && has(self.spec.tls.client) && (!has(self.spec.tls.client.clientCertAuth) || self.spec.tls.client.clientCertAuth)) || ((has(self.status) && has(self.status.authEnabled)) ? !self.status.authEnabled : !(has(oldSelf.spec) && has(oldSelf.spec.auth)))",message="tls.client (with clientCertAuth) cannot be removed while etcd's authentication may be on (status.authEnabled is true, or not read yet while spec.auth is set): the operator authenticates to etcd by its client certificate, and without it etcd refuses every membership change, defragmentation and backup. Keep tls.client, set spec.auth.enabled: false, wait until status.authEnabled is false, then remove tls.client"
 type EtcdCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

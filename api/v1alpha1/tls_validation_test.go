@@ -123,3 +123,74 @@ func metaDuration(s string) metav1.Duration {
 	}
 	return metav1.Duration{Duration: d}
 }
+
+// TestClientIdentityKeptWhileAuthMayBeOn: the operator authenticates to etcd by its client
+// certificate, so tls.client (with clientCertAuth) cannot go while etcd's authentication may
+// be on: status.authEnabled says so, or, before the operator read it, spec.auth was set.
+// Removing spec.auth alone leaves etcd as it is and the operator keeps its identity.
+func TestClientIdentityKeptWhileAuthMayBeOn(t *testing.T) {
+	ns := env.Namespace(t)
+	const refused = "tls.client (with clientCertAuth) cannot be removed while etcd's authentication may be on"
+	plainable := func() *v1alpha1.TLSSpec {
+		return &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}}
+	}
+	for i, tc := range []struct {
+		name string
+		// create is the spec stored first; authEnabled, when set, is written to status
+		// (as the operator reports what etcd said) before the update.
+		create      func(*v1alpha1.EtcdClusterSpec)
+		authEnabled *bool
+		update      func(*v1alpha1.EtcdClusterSpec)
+		wantErr     []string
+	}{
+		{name: "tls.client removed while etcd reports auth on refused",
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = plainable() }, authEnabled: ptr.To(true),
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{refused, "spec.auth.enabled: false"}},
+		{name: "tls.client removed once etcd reports auth off accepted",
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = plainable(); s.Auth = &v1alpha1.AuthSpec{} }, authEnabled: ptr.To(false),
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }},
+		{name: "tls.client and spec.auth removed together before etcd's auth was read refused",
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = plainable(); s.Auth = &v1alpha1.AuthSpec{} },
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil; s.Auth = nil }, wantErr: []string{refused}},
+		{name: "tls.client removed with auth.enabled false before etcd's auth was read refused",
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = plainable(); s.Auth = &v1alpha1.AuthSpec{} },
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }, wantErr: []string{refused}},
+		{name: "auth turned off and tls.client removed in one edit refused",
+			create: func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}
+				s.Auth = &v1alpha1.AuthSpec{Enabled: true}
+			},
+			update:  func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil; s.Auth = nil },
+			wantErr: []string{refused}},
+		{name: "clientCertAuth turned off while etcd reports auth on refused",
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}} }, authEnabled: ptr.To(true),
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS.Client.ClientCertAuth = ptr.To(false) }, wantErr: []string{refused}},
+		{name: "spec.auth removed while etcd reports auth on accepted (the operator keeps its certificate)",
+			create: func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}
+				s.Auth = &v1alpha1.AuthSpec{Enabled: true}
+			}, authEnabled: ptr.To(true),
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Auth = nil }},
+		{name: "tls.client removed without auth ever set accepted",
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = plainable() },
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(i), tc.create)
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatal(err)
+			}
+			if tc.authEnabled != nil {
+				ec.Status.AuthEnabled = tc.authEnabled
+				if err := env.Client.Status().Update(reqCtx(t), ec); err != nil {
+					t.Fatalf("failed to set status.authEnabled: %v", err)
+				}
+			}
+			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+				t.Fatal(err)
+			}
+			tc.update(&ec.Spec)
+			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
+		})
+	}
+}

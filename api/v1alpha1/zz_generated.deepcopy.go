@@ -691,6 +691,11 @@ func (in *EtcdClusterStatus) DeepCopyInto(out *EtcdClusterStatus) {
 		*out = new(TLSTransitionStatus)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.AuthEnabled != nil {
+		in, out := &in.AuthEnabled, &out.AuthEnabled
+		*out = new(bool)
+		**out = **in
+	}
 	if in.Restore != nil {
 		in, out := &in.Restore, &out.Restore
 		*out = new(RestoreStatus)

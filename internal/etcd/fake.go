@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Fake is an in-memory Client for tests of error paths and of controllers that run without
@@ -44,9 +46,143 @@ type Fake struct {
 	nextID uint64
 }
 
-// FakeDialer returns a Dialer that always hands out f.
+// FakeDialer returns a Dialer that hands out f as the client tlsConfig makes it (see As).
 func FakeDialer(f *Fake) Dialer {
-	return func(context.Context, []string, *tls.Config) (Client, error) { return f, nil }
+	return func(_ context.Context, _ []string, tlsConfig *tls.Config) (Client, error) {
+		return f.As(tlsConfig), nil
+	}
+}
+
+// As is f as a client dialing with tlsConfig sees it: f itself with a client certificate
+// (the operator's identity: its common name is a user with the root role), else a client
+// without a user, which etcd refuses, while AuthEnabled, every call that needs one.
+func (f *Fake) As(tlsConfig *tls.Config) Client {
+	if tlsConfig != nil && (len(tlsConfig.Certificates) > 0 || tlsConfig.GetClientCertificate != nil) {
+		return f
+	}
+	return anonymous{f}
+}
+
+// errUserEmpty is etcd's answer to a call without a user while authentication is on, as the
+// client returns it.
+var errUserEmpty = rpctypes.ErrUserEmpty
+
+// anonymous is the Fake seen by a client without a user. Like etcd, it refuses while
+// AuthEnabled the calls that need one (maintenance, membership changes, auth, KV) with
+// "user name is empty"; the member list needs none. Calls are counted as on the Fake.
+type anonymous struct{ f *Fake }
+
+// refused counts the call and says whether etcd refuses it.
+func (a anonymous) refused(name string) bool {
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	if !a.f.AuthEnabled {
+		return false
+	}
+	a.f.count(name)
+	return true
+}
+
+func (a anonymous) MemberList(ctx context.Context) (Cluster, error) { return a.f.MemberList(ctx) }
+func (a anonymous) Alarms(ctx context.Context) ([]Alarm, error)     { return a.f.Alarms(ctx) }
+func (a anonymous) Close() error                                    { return nil }
+
+func (a anonymous) Status(ctx context.Context, endpoint string) (MemberStatus, error) {
+	if a.refused("Status") {
+		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, errUserEmpty)
+	}
+	return a.f.Status(ctx, endpoint)
+}
+
+func (a anonymous) AddLearner(ctx context.Context, peerURLs []string) (Member, error) {
+	if a.refused("AddLearner") {
+		return Member{}, fmt.Errorf("failed to add a learner: %w", errUserEmpty)
+	}
+	return a.f.AddLearner(ctx, peerURLs)
+}
+
+func (a anonymous) UpdatePeerURLs(ctx context.Context, id uint64, peerURLs []string) error {
+	if a.refused("UpdatePeerURLs") {
+		return errUserEmpty
+	}
+	return a.f.UpdatePeerURLs(ctx, id, peerURLs)
+}
+
+func (a anonymous) Promote(ctx context.Context, id uint64) error {
+	if a.refused("Promote") {
+		return errUserEmpty
+	}
+	return a.f.Promote(ctx, id)
+}
+
+func (a anonymous) Remove(ctx context.Context, id uint64) error {
+	if a.refused("Remove") {
+		return errUserEmpty
+	}
+	return a.f.Remove(ctx, id)
+}
+
+func (a anonymous) MoveLeader(ctx context.Context, leaderEndpoint string, transferee uint64) error {
+	if a.refused("MoveLeader") {
+		return errUserEmpty
+	}
+	return a.f.MoveLeader(ctx, leaderEndpoint, transferee)
+}
+
+func (a anonymous) AdvanceLog(ctx context.Context, n int) error {
+	if a.refused("AdvanceLog") {
+		return errUserEmpty
+	}
+	return a.f.AdvanceLog(ctx, n)
+}
+
+func (a anonymous) Snapshot(ctx context.Context, endpoint string) (*Snapshot, error) {
+	if a.refused("Snapshot") {
+		return nil, errUserEmpty
+	}
+	return a.f.Snapshot(ctx, endpoint)
+}
+
+func (a anonymous) Defragment(ctx context.Context, endpoint string) error {
+	if a.refused("Defragment") {
+		return errUserEmpty
+	}
+	return a.f.Defragment(ctx, endpoint)
+}
+
+func (a anonymous) DisarmAlarm(ctx context.Context, al Alarm) error {
+	if a.refused("DisarmAlarm") {
+		return errUserEmpty
+	}
+	return a.f.DisarmAlarm(ctx, al)
+}
+
+func (a anonymous) Compact(ctx context.Context, revision int64) error {
+	if a.refused("Compact") {
+		return errUserEmpty
+	}
+	return a.f.Compact(ctx, revision)
+}
+
+func (a anonymous) Auth(ctx context.Context, users []string) (AuthState, error) {
+	if a.refused("Auth") {
+		return AuthState{}, fmt.Errorf("failed to read etcd's authentication status: %w", errUserEmpty)
+	}
+	return a.f.Auth(ctx, users)
+}
+
+func (a anonymous) EnsureRootUser(ctx context.Context, name, password string) error {
+	if a.refused("EnsureRootUser") {
+		return errUserEmpty
+	}
+	return a.f.EnsureRootUser(ctx, name, password)
+}
+
+func (a anonymous) SetAuth(ctx context.Context, on bool) error {
+	if a.refused("SetAuth") {
+		return errUserEmpty
+	}
+	return a.f.SetAuth(ctx, on)
 }
 
 func (f *Fake) count(name string) {

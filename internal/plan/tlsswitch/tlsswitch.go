@@ -98,7 +98,26 @@ type Observation struct {
 	// Members is etcd's member list read in this pass, nil when it was not read or etcd did
 	// not answer. Decide asks for it (NeedMembers) before it drops a scheme.
 	Members []Member
+	// Auth is etcd's authentication as read in this pass over TLS with the operator's client
+	// certificate. Decide asks for it (NeedAuth) before the operator stops dialing TLS.
+	Auth Auth
+	// AuthErr is why Auth is AuthUnknown: what the read failed with.
+	AuthErr string
 }
+
+// Auth is what etcd said about its authentication in this pass.
+type Auth int
+
+const (
+	// AuthNotRead : not asked in this pass.
+	AuthNotRead Auth = iota
+	// AuthUnknown : asked, and etcd did not answer.
+	AuthUnknown
+	// AuthOn : etcd reports its authentication on.
+	AuthOn
+	// AuthOff : etcd reports its authentication off.
+	AuthOff
+)
 
 // Decision is the phase to render and how to dial.
 type Decision struct {
@@ -110,6 +129,13 @@ type Decision struct {
 	// NeedMembers is true when Render would drop a scheme and Members was nil: read etcd's
 	// member list (dialing with Dial) and decide again.
 	NeedMembers bool
+	// NeedAuth is true when the operator would stop dialing TLS (its client certificate is its
+	// identity in etcd) and Auth was not read: read etcd's authentication state over TLS with
+	// the operator's certificate and decide again.
+	NeedAuth bool
+	// HeldForAuth is true when the switch holds because etcd's authentication is on, or its
+	// state could not be read: the template keeps serving TLS and the operator dials it.
+	HeldForAuth bool
 	// Switching is true while the members do not all serve Target yet.
 	Switching bool
 	// Message says where the switch stands, for status ("" when none runs).
@@ -155,6 +181,24 @@ func Decide(o Observation) Decision {
 		d.Dial = dial(common, tmpl, o.Target)
 	} else {
 		d.Dial = dial(common.and(render), common, o.Target)
+	}
+	if !d.NeedMembers && !target.HTTPS && common.HTTPS && (d.Dial != "https" || !render.HTTPS) && o.Auth != AuthOff {
+		// The operator would stop dialing TLS, and with it stop presenting its client
+		// certificate, its only identity in etcd: with etcd's authentication on it would be
+		// locked out (and every client without a user with it). Only etcd tells whether it
+		// is on (spec.auth may be gone while etcd keeps it): hold TLS until etcd says off.
+		d.Render, d.Dial, render = o.Template, "https", tmpl
+		switch o.Auth {
+		case AuthNotRead:
+			d.NeedAuth = true
+			d.Message = fmt.Sprintf("the pod template serves %s; reading etcd's authentication state before the operator stops presenting its client certificate", o.Template)
+		case AuthUnknown:
+			d.HeldForAuth = true
+			d.Message = fmt.Sprintf("the pod template keeps serving %s: etcd's authentication state could not be read (%s), and if it is on, dropping TLS takes the operator's client certificate, its identity in etcd, away and locks it out; waiting for etcd to answer", o.Template, o.AuthErr)
+		case AuthOn:
+			d.HeldForAuth = true
+			d.Message = fmt.Sprintf("the pod template keeps serving %s: etcd's authentication is on, and serving plain HTTP only takes the operator's client certificate, its identity in etcd, away, which would lock it out of membership changes, maintenance and backups. Set spec.auth.enabled: false (the operator turns authentication off with its certificate); once etcd reports it off the switch to plain goes on", o.Template)
+		}
 	}
 	on := 0
 	for _, p := range o.Pods {

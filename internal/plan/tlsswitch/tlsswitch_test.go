@@ -31,6 +31,17 @@ func world(target, tmpl v1alpha1.ClientTLSMode, pods []v1alpha1.ClientTLSMode, p
 	return o
 }
 
+// withAuth is o with etcd's authentication read as a.
+func withAuth(o Observation, a Auth) Observation {
+	o.Auth = a
+	if a == AuthUnknown {
+		o.AuthErr = "context deadline exceeded"
+	}
+	return o
+}
+
+func authOff(o Observation) Observation { return withAuth(o, AuthOff) }
+
 func three(m v1alpha1.ClientTLSMode) []v1alpha1.ClientTLSMode {
 	return []v1alpha1.ClientTLSMode{m, m, m}
 }
@@ -42,6 +53,8 @@ func TestDecide(t *testing.T) {
 		render      v1alpha1.ClientTLSMode
 		dial        string
 		needMembers bool
+		needAuth    bool
+		held        bool
 		switching   bool
 		msg         string
 	}{
@@ -76,10 +89,21 @@ func TestDecide(t *testing.T) {
 		{name: "TLS to plain starts with both, dials TLS", o: world(plain, tlsOn, three(tlsOn), nil), render: both, dial: "https", switching: true},
 		{name: "rolling to both from TLS",
 			o: world(plain, both, []v1alpha1.ClientTLSMode{tlsOn, both, both}, nil), render: both, dial: "https", switching: true},
-		{name: "every member on both: plain only, dials plain",
-			o: world(plain, both, three(both), three(both)), render: plain, dial: "http", switching: true},
+		{name: "every member on both: plain only, dials plain, once etcd reports auth off",
+			o: authOff(world(plain, both, three(both), three(both))), render: plain, dial: "http", switching: true},
+		{name: "every member on both: etcd's auth is read before the operator drops its certificate",
+			o: world(plain, both, three(both), three(both)), render: both, dial: "https", needAuth: true, switching: true,
+			msg: "reading etcd's authentication state"},
+		{name: "every member on both, etcd's auth on: holds both, dials TLS, says how to go on",
+			o: withAuth(world(plain, both, three(both), three(both)), AuthOn), render: both, dial: "https", held: true, switching: true,
+			msg: "Set spec.auth.enabled: false"},
+		{name: "every member on both, etcd's auth unknown: holds both, dials TLS",
+			o: withAuth(world(plain, both, three(both), three(both)), AuthUnknown), render: both, dial: "https", held: true, switching: true,
+			msg: "could not be read"},
+		{name: "TLS to plain under auth still moves to both (TLS stays served)",
+			o: withAuth(world(plain, tlsOn, three(tlsOn), nil), AuthOn), render: both, dial: "https", switching: true},
 		{name: "rolling to plain",
-			o: world(plain, plain, []v1alpha1.ClientTLSMode{both, plain, plain}, nil), render: plain, dial: "http", switching: true},
+			o: authOff(world(plain, plain, []v1alpha1.ClientTLSMode{both, plain, plain}, nil)), render: plain, dial: "http", switching: true},
 
 		{name: "target flips back to plain mid-rollout to both: plain once etcd's member list agrees",
 			o: world(plain, both, []v1alpha1.ClientTLSMode{plain, both, plain}, nil), render: both, dial: "http", needMembers: true, switching: true},
@@ -97,9 +121,10 @@ func TestDecide(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := Decide(c.o)
-			if d.Render != c.render || d.Dial != c.dial || d.NeedMembers != c.needMembers || d.Switching != c.switching {
-				t.Fatalf("got render %s dial %s needMembers %v switching %v (%q), want %s %s %v %v",
-					d.Render, d.Dial, d.NeedMembers, d.Switching, d.Message, c.render, c.dial, c.needMembers, c.switching)
+			if d.Render != c.render || d.Dial != c.dial || d.NeedMembers != c.needMembers || d.Switching != c.switching ||
+				d.NeedAuth != c.needAuth || d.HeldForAuth != c.held {
+				t.Fatalf("got render %s dial %s needMembers %v needAuth %v held %v switching %v (%q), want %s %s %v %v %v %v",
+					d.Render, d.Dial, d.NeedMembers, d.NeedAuth, d.HeldForAuth, d.Switching, d.Message, c.render, c.dial, c.needMembers, c.needAuth, c.held, c.switching)
 			}
 			if !strings.Contains(d.Message, c.msg) {
 				t.Fatalf("message %q does not say %q", d.Message, c.msg)
@@ -174,6 +199,11 @@ func TestSwitchSimulated(t *testing.T) {
 				if d.NeedMembers {
 					d = Decide(c.observe(target, true))
 				}
+				if d.NeedAuth {
+					o := c.observe(target, true)
+					o.Auth = AuthOff
+					d = Decide(o)
+				}
 				// Before the template moves: some scheme is accepted by every member and by both
 				// templates (pods re-created now may start from either).
 				if !c.accepts(d.Dial) {
@@ -222,6 +252,57 @@ func TestSwitchSimulated(t *testing.T) {
 					if len(outdated) > 0 && rng.Intn(3) > 0 {
 						c.pods[outdated[rng.Intn(len(outdated))]] = ""
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestSwitchToPlainKeepsTheCertificateUnderAuth: leaving TLS (tls.client removed) while
+// etcd's authentication is on, the operator never dials plain HTTP (it would present no
+// client certificate, so be no user) and the template never stops serving TLS, whatever the
+// members do, until etcd reports authentication off; then the switch completes.
+func TestSwitchToPlainKeepsTheCertificateUnderAuth(t *testing.T) {
+	for seed := int64(0); seed < 100; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		c := &cluster{tmpl: both, pods: three(both), published: three(both)}
+		authOnFor := 5 + rng.Intn(30)
+		for pass := 0; ; pass++ {
+			if pass > 300 {
+				t.Fatalf("seed %d: no convergence to plain: %+v", seed, c)
+			}
+			on := pass < authOnFor
+			d := Decide(c.observe(plain, false))
+			if d.NeedMembers {
+				d = Decide(c.observe(plain, true))
+			}
+			if d.NeedAuth {
+				o := c.observe(plain, true)
+				o.Auth = AuthOff
+				if on {
+					o.Auth = AuthOn
+					if rng.Intn(4) == 0 {
+						o.Auth = AuthUnknown
+					}
+				}
+				d = Decide(o)
+			}
+			c.tmpl = d.Render
+			if on && (d.Dial != "https" || !Of(c.tmpl).HTTPS) {
+				t.Fatalf("seed %d pass %d: with etcd's auth on the operator dials %s, template %s", seed, pass, d.Dial, c.tmpl)
+			}
+			if !c.accepts(d.Dial) {
+				t.Fatalf("seed %d: the operator dials %s, which not every member accepts: %+v", seed, d.Dial, c)
+			}
+			if !on && !d.Switching && c.tmpl == plain {
+				break
+			}
+			// The rollout restarts an outdated pod onto the template, or a restarted one
+			// publishes its URLs.
+			for i := range c.pods {
+				if c.pods[i] != c.tmpl && rng.Intn(2) == 0 {
+					c.pods[i], c.published[i] = c.tmpl, c.tmpl
+					break
 				}
 			}
 		}
