@@ -41,6 +41,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/tlsswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
@@ -352,10 +353,11 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	backupNext, backupErr := r.reconcileBackups(ctx, c, &obs)
 	var memberErr error
 	restoring := false
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && obs.authRefused == nil {
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && (obs.authRefused == nil || restore.Active(c.Status.Restore)) {
 		// A restore (spec.bootstrap, or disaster recovery) goes first; membership, rollout and
 		// maintenance wait while one is wanted or under way. etcd refusing the operator as a
-		// user answered it: that is no lost quorum, and nothing to restore over.
+		// user answered it: that is no lost quorum, and nothing to start a restore over (one
+		// under way goes on).
 		a, err := r.reconcileRestore(ctx, c, topo, &obs, desired)
 		if a.Kind != plan.None || err != nil {
 			obs.membership, memberErr, restoring = &a, err, true

@@ -361,7 +361,9 @@ func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v
 		return fmt.Errorf("failed to get ConfigMap %s/%s: %w", c.Namespace, name, err)
 	}
 	record := cur.Annotations[MembersAnnotation]
+	computed := false
 	if mo.Etcd != nil && mo.Etcd.Cluster.ClusterID != 0 && len(mo.Etcd.Cluster.Members) > 0 && !mo.SplitBrain {
+		computed = true
 		limit := max(mo.StsReplicas, mo.Desired, mo.Founders)
 		now := plan.RecordOf(*mo.Etcd, t.statefulSet, t.peerURL, limit, mo.Now)
 		if old, ok := parseMemberRecord(record); !ok || !old.SameMembers(now) {
@@ -375,10 +377,12 @@ func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v
 	if err == nil && mapsEqual(cur.Data, data) && cur.Annotations[FoundersAnnotation] != "" && cur.Annotations[MembersAnnotation] == record {
 		return nil
 	}
-	if mo.Etcd == nil && err == nil {
-		// The record is carried over as it is stored: the cache may show an older one.
+	if !computed {
+		// The record is carried over as it is stored: the cache may show an older one, or not
+		// show the ConfigMap yet (an apply without it would drop it).
 		fresh := &corev1.ConfigMap{}
-		if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, fresh); err != nil {
+		err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, fresh)
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to get ConfigMap %s/%s: %w", c.Namespace, name, err)
 		}
 		record = fresh.Annotations[MembersAnnotation]

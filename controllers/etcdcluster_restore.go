@@ -220,9 +220,11 @@ func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha
 	ev.Record = rec
 	if raw := c.Annotations[IntentAnnotation]; raw != "" {
 		in := &plan.Intent{}
-		if json.Unmarshal([]byte(raw), in) == nil {
-			ev.Intent = in
+		if err := json.Unmarshal([]byte(raw), in); err != nil {
+			// Not "no change in flight": it might remove a voter (JudgeQuorum: Unknown).
+			in = &plan.Intent{Op: "unreadable", Reason: err.Error()}
 		}
+		ev.Intent = in
 	}
 	pods := &corev1.PodList{}
 	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
@@ -231,6 +233,38 @@ func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha
 	claims := &corev1.PersistentVolumeClaimList{}
 	if err := r.apiReader().List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
 		return ev, fmt.Errorf("failed to list volume claims: %w", err)
+	}
+	// A recorded member's pod or claim the label selectors did not find (its labels changed by
+	// hand) is looked up by name: a missing label is not missing data.
+	if rec != nil {
+		listed := map[string]bool{}
+		for _, p := range pods.Items {
+			listed[p.Name] = true
+		}
+		for _, p := range claims.Items {
+			listed[p.Name] = true
+		}
+		for _, m := range rec.Members {
+			if m.Name == "" {
+				continue
+			}
+			if !listed[m.Name] {
+				pod := &corev1.Pod{}
+				if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: m.Name}, pod); err == nil {
+					pods.Items = append(pods.Items, *pod)
+				} else if !apierrors.IsNotFound(err) {
+					return ev, fmt.Errorf("failed to get pod %s: %w", m.Name, err)
+				}
+			}
+			if !listed["data-"+m.Name] {
+				pvc := &corev1.PersistentVolumeClaim{}
+				if err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + m.Name}, pvc); err == nil {
+					claims.Items = append(claims.Items, *pvc)
+				} else if !apierrors.IsNotFound(err) {
+					return ev, fmt.Errorf("failed to get volume claim data-%s: %w", m.Name, err)
+				}
+			}
+		}
 	}
 	ev.Pods = recoveryPods(t.statefulSet, c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral, pods.Items, claims.Items)
 	return ev, nil

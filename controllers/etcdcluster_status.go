@@ -192,8 +192,13 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 		return nil
 	}
 	o.etcd = &obs
-	// etcd's authentication, once per pass: whether the operator is locked out, and what
-	// admission reads in status.authEnabled.
+	if !authMayMatter(c, o.authRefused) {
+		return nil
+	}
+	// etcd's authentication, once per pass while it may be on: whether the operator is locked
+	// out, and what admission reads in status.authEnabled. etcd serves AuthStatus through raft
+	// (an entry in the log per call), so a cluster whose etcd said it is off, and whose spec
+	// does not ask for it, is not asked again: auth turned on by hand shows as refused calls.
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	st, err := cl.Auth(actx, nil)
 	cancel()
@@ -205,6 +210,12 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 		o.auth, o.authRefused = &etcd.AuthState{Enabled: true}, err
 	}
 	return nil
+}
+
+// authMayMatter reports whether a pass reads etcd's authentication state: spec.auth is set,
+// etcd's answer is not known yet or was "on", or etcd refused the operator a call as a user.
+func authMayMatter(c *v1alpha1.EtcdCluster, refused error) bool {
+	return c.Spec.Auth != nil || c.Status.AuthEnabled == nil || *c.Status.AuthEnabled || refused != nil
 }
 
 // refusals is an etcd client that keeps the first answer of etcd refusing the operator as a

@@ -326,6 +326,9 @@ func TestGate(t *testing.T) {
 		{"stop a cluster whose learner may have been promoted", gCluster(2).member(2, true).pod(2, func(p *Pod) { p.Exists, p.Running, p.PVCExists = true, true, true }).
 			recorded().intent(IntentAdd, 2).quorumLost(1, 2).noPod(0).claimGone(0), stopAll,
 			"RestoreOnlyWhenAQuorumLostItsData", "a membership change was in flight"},
+		{"stop a cluster whose membership intent cannot be read", gCluster(3).recorded().quorumLost(0).noPod(1).noPod(2).claimGone(1).claimGone(2).
+			with(func(e *Evidence) { e.Intent = &Intent{Op: "unreadable", Reason: "bad JSON"} }), stopAll,
+			"RestoreOnlyWithoutQuorum", "the membership change in flight cannot be read"},
 		{"stop a cluster whose removed voter may be gone", gCluster(3).recorded().intent(IntentRemove, 2).quorumLost(1).noPod(0).noPod(2).claimGone(0).claimGone(2), stopAll, "", ""},
 		{"stop a cluster whose claims hold other members' data", gCluster(3).recorded().quorumLost(0).noPod(1).noPod(2).
 			pod(1, func(p *Pod) { p.DataStamp = "dead" }).pod(2, func(p *Pod) { p.DataStamp = "" }), stopAll, "", ""},

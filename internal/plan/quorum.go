@@ -84,9 +84,8 @@ func PossibleVoterSets(rec MemberRecord, in *Intent) [][]RecordedMember {
 	if removed != nil {
 		uncertain = append(uncertain, *removed)
 	}
-	const maxUncertain = 8
 	if len(uncertain) > maxUncertain {
-		uncertain = uncertain[:maxUncertain] // etcd allows one learner; a record never has more
+		return nil // KnownVoterSets says why: the sets are too many to judge
 	}
 	var sets [][]RecordedMember
 	for bits := 0; bits < 1<<len(uncertain); bits++ {
@@ -104,6 +103,26 @@ func PossibleVoterSets(rec MemberRecord, in *Intent) [][]RecordedMember {
 		}
 	}
 	return sets
+}
+
+// maxUncertain bounds the members whose vote PossibleVoterSets leaves open (2^n sets); etcd
+// allows one learner at a time and an intent removes one member, so a record has two at most
+// unless members were added by hand.
+const maxUncertain = 8
+
+// votersUnknown says why no voter set can be judged, or "" when they can: no member list is
+// recorded, the membership change in flight cannot be read (it might remove a voter), or too
+// many members may have changed their vote.
+func votersUnknown(rec *MemberRecord, in *Intent) string {
+	switch {
+	case rec == nil || len(rec.Voters()) == 0:
+		return "no member list read with a quorum is recorded, so which members vote is not known"
+	case in != nil && in.Op != IntentAdd && in.Op != IntentRemove && in.Op != IntentReplace:
+		return fmt.Sprintf("the membership change in flight cannot be read (%q: %s), so which members vote is not known", in.Op, in.Reason)
+	case len(PossibleVoterSets(*rec, in)) == 0:
+		return "too many recorded members are learners or being removed to tell which members vote"
+	}
+	return ""
 }
 
 // podsByName indexes pods by name.
@@ -147,8 +166,8 @@ func JudgeQuorum(e QuorumEvidence) (QuorumState, string) {
 				etcd.FormatID(id), etcd.FormatID(st.Leader))
 		}
 	}
-	if e.Record == nil || len(e.Record.Voters()) == 0 {
-		return QuorumUnknown, "no member list read with a quorum is recorded, so which members vote is not known"
+	if why := votersUnknown(e.Record, e.Intent); why != "" {
+		return QuorumUnknown, why
 	}
 	pods := podsByName(e.Pods)
 	down := func(m RecordedMember) (bool, string) {
@@ -246,8 +265,8 @@ func DataGoneOf(m RecordedMember, pods map[string]Pod, anyStamped bool) string {
 // JudgeData says whether a quorum of voting members lost its data, for every voter set etcd
 // may have. Without a record nothing is known, so nothing is hopeless.
 func JudgeData(rec *MemberRecord, in *Intent, pods []Pod) DataVerdict {
-	if rec == nil || len(rec.Voters()) == 0 {
-		return DataVerdict{Why: "no member list read with a quorum is recorded, so which members vote is not known"}
+	if why := votersUnknown(rec, in); why != "" {
+		return DataVerdict{Why: why}
 	}
 	byName := podsByName(pods)
 	anyStamped := false
