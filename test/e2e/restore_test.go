@@ -322,6 +322,26 @@ func logPodsOnFailure(t testing.TB, ns string) {
 	})
 }
 
+// backedUpRecoverableCluster creates a three-member cluster in ns with disasterRecovery
+// FromLatestBackup after 5 s, writes, takes backup name, writes more (a recovery would lose
+// those writes), and returns the keys it holds and its cluster ID.
+func backedUpRecoverableCluster(t *testing.T, ns, backup string) (map[string]string, uint64) {
+	t.Helper()
+	srv := minio.Start(t)
+	logPodsOnFailure(t, ns)
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@yearly", 3),
+		DisasterRecovery: v1alpha1.DisasterRecoverySpec{Policy: v1alpha1.DisasterRecoveryFromLatestBackup, After: &metav1.Duration{Duration: 5 * time.Second}}})
+	w := startWriter(t, ns, 3)
+	w.waitAcked(t, 50)
+	oneShotBackup(t, ns, backup)
+	w.waitAcked(t, 50)
+	w.finish(t, ns, 3)
+	cli := etcdClient(t, ns, 3)
+	defer cli.Close()
+	keys, _ := keysAt(t, cli, 0)
+	return keys, clusterID(t, cli)
+}
+
 // TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster (issue 25, path 2): the claims
 // of members 1 and 2 are deleted while their pods run (Terminating, held by pvc-protection,
 // their data intact), then both stop answering (their etcd processes stopped) for four times
@@ -332,20 +352,8 @@ func logPodsOnFailure(t testing.TB, ns string) {
 // operator began a recovery, stopped every member, which released the claims, and the data
 // of the majority went with them.)
 func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
-	srv := minio.Start(t)
 	ns := namespace(t)
-	logPodsOnFailure(t, ns)
-	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@yearly", 3),
-		DisasterRecovery: v1alpha1.DisasterRecoverySpec{Policy: v1alpha1.DisasterRecoveryFromLatestBackup, After: &metav1.Duration{Duration: 5 * time.Second}}})
-	w := startWriter(t, ns, 3)
-	w.waitAcked(t, 50)
-	oneShotBackup(t, ns, "before-silence")
-	w.waitAcked(t, 50) // writes after the backup: a recovery would lose them
-	w.finish(t, ns, 3)
-	cli := etcdClient(t, ns, 3)
-	before, _ := keysAt(t, cli, 0)
-	oldID := clusterID(t, cli)
-	cli.Close()
+	before, oldID := backedUpRecoverableCluster(t, ns, "before-silence")
 
 	pods := map[string]types.UID{}
 	for _, m := range []string{"etcd-0", "etcd-1", "etcd-2"} {
@@ -415,7 +423,7 @@ func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
 	waitVoters(t, ns, 3, 2*time.Minute)
-	cli = etcdClient(t, ns, 3)
+	cli := etcdClient(t, ns, 3)
 	defer cli.Close()
 	if id := clusterID(t, cli); id != oldID {
 		t.Fatalf("cluster ID %x, was %x: the cluster was re-formed", id, oldID)
@@ -433,20 +441,8 @@ func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
 // StatefulSet's 3 less one for the "add" intent, ordinals 0 and 1 only: 1 of 2 with data
 // looked hopeless, and the operator re-formed the cluster from the backup.)
 func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
-	srv := minio.Start(t)
 	ns := namespace(t)
-	logPodsOnFailure(t, ns)
-	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Backup: s3Backups(t, ns, srv, "@yearly", 3),
-		DisasterRecovery: v1alpha1.DisasterRecoverySpec{Policy: v1alpha1.DisasterRecoveryFromLatestBackup, After: &metav1.Duration{Duration: 5 * time.Second}}})
-	w := startWriter(t, ns, 3)
-	w.waitAcked(t, 50)
-	oneShotBackup(t, ns, "before-scale-out")
-	w.waitAcked(t, 50) // writes after the backup: a recovery would lose them
-	w.finish(t, ns, 3)
-	cli := etcdClient(t, ns, 3)
-	before, _ := keysAt(t, cli, 0)
-	oldID := clusterID(t, cli)
-	cli.Close()
+	before, oldID := backedUpRecoverableCluster(t, ns, "before-scale-out")
 
 	nodeOf := map[string]string{}
 	for _, m := range []string{"etcd-0", "etcd-1", "etcd-2"} {
@@ -527,7 +523,7 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 	if r := getCluster(t, ns).Status.Restore; r != nil {
 		t.Fatalf("a recovery ran: %+v", r)
 	}
-	cli = etcdClient(t, ns, 4)
+	cli := etcdClient(t, ns, 4)
 	defer cli.Close()
 	if id := clusterID(t, cli); id != oldID {
 		t.Fatalf("cluster ID %x, was %x: the cluster was re-formed", id, oldID)
