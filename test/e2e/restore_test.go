@@ -471,6 +471,9 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 	c := getCluster(t, ns)
 	patch := client.MergeFrom(c.DeepCopy())
 	c.Spec.Replicas = ptr.To(int32(4))
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
 	c.Annotations[controllers.IntentAnnotation] = string(raw)
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
