@@ -437,7 +437,7 @@ func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
 // member 1 stops and member 0 loses its claim and pod, with a backup to recover from and
 // disasterRecovery FromLatestBackup. Members 1 and 2 hold their data, a majority of the three
 // voters etcd listed: the operator must not re-form the cluster. Once the node is back the
-// scale-out finishes on the same cluster, with every key it had. (Before, the voters were the
+// same cluster serves, with every key it had. (Before, the voters were the
 // StatefulSet's 3 less one for the "add" intent, ordinals 0 and 1 only: 1 of 2 with data
 // looked hopeless, and the operator re-formed the cluster from the backup.)
 func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
@@ -522,15 +522,30 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 	if out, err := local(t, "node", "start", nodeOf["etcd-1"]); err != nil {
 		t.Fatalf("node start: %v %s", err, out)
 	}
-	waitVoters(t, ns, 4, 5*time.Minute)
+	start = time.Now()
+	// Members 1 and 2 make a quorum again: etcd serves its member list (linearizably) with
+	// the cluster's own ID. (Replacing member 0 and finishing the scale-out is the membership
+	// tests' business.)
+	cli := etcdClient(t, ns, 4)
+	defer cli.Close()
+	var id uint64
+	eventually(t, 3*time.Minute, "a quorum of the old cluster serves again", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := cli.MemberList(ctx)
+		if err != nil {
+			return err
+		}
+		id = resp.Header.ClusterId
+		return nil
+	})
+	if id != oldID {
+		t.Fatalf("cluster ID %x, was %x: the cluster was re-formed", id, oldID)
+	}
 	if r := getCluster(t, ns).Status.Restore; r != nil {
 		t.Fatalf("a recovery ran: %+v", r)
 	}
-	cli := etcdClient(t, ns, 4)
-	defer cli.Close()
-	if id := clusterID(t, cli); id != oldID {
-		t.Fatalf("cluster ID %x, was %x: the cluster was re-formed", id, oldID)
-	}
 	now, _ := keysAt(t, cli, 0)
 	sameKeys(t, now, before)
+	t.Logf("the old cluster served again %s after member 1's node started", time.Since(start).Round(100*time.Millisecond))
 }
