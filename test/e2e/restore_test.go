@@ -345,7 +345,7 @@ func backedUpRecoverableCluster(t *testing.T, ns, backup string) (map[string]str
 // TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster (issue 25, path 2): the claims
 // of members 1 and 2 are deleted while their pods run (Terminating, held by pvc-protection,
 // their data intact), then both stop answering (their etcd processes stopped) for four times
-// disasterRecovery.after, with a backup to recover from. Their data is kept and their etcd
+// disasterRecovery.after once the operator saw it, with a backup to recover from. Their data is kept and their etcd
 // still runs: the operator must not re-form the cluster nor stop a member, and once the two
 // answer again the cluster serves with the same cluster ID and every key it had. (Before,
 // "cannot reach etcd" counted as a lost quorum and a Terminating claim as lost data: the
@@ -394,6 +394,31 @@ func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	}
 	start := time.Now()
+	// A stopped process makes no Kubernetes event, and a probe of it waits for its timeout: the
+	// members' readiness fails only after up to 30 s. The kubelet restarts them once their
+	// liveness probes failed for about 60 s, so the test starts passes itself (an annotation
+	// change starts one) to make the operator look at once, well within that.
+	poke := 0
+	eventually(t, 30*time.Second, "the operator sees the quorum loss", func() error {
+		poke++
+		c := getCluster(t, ns)
+		patch := client.MergeFrom(c.DeepCopy())
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations["e2e.etcdpilot.io/poke"] = fmt.Sprint(poke)
+		if err := k8s.Patch(context.Background(), c, patch); err != nil {
+			return err
+		}
+		if c.Status.Restore != nil {
+			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
+		}
+		if a := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionFalse {
+			return fmt.Errorf("Available %+v", a)
+		}
+		return nil
+	})
+	t.Logf("the operator saw the quorum loss %s after the fault", time.Since(start).Round(100*time.Millisecond))
 	holdFor(t, 20*time.Second, func() error {
 		c := getCluster(t, ns)
 		if c.Status.Restore != nil {
@@ -502,6 +527,31 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 
 	restartOperator(t, "")
 	start := time.Now()
+	// A stopped process makes no Kubernetes event, and a probe of it waits for its timeout: the
+	// members' readiness fails only after up to 30 s. The kubelet restarts them once their
+	// liveness probes failed for about 60 s, so the test starts passes itself (an annotation
+	// change starts one) to make the operator look at once, well within that.
+	poke := 0
+	eventually(t, 30*time.Second, "the operator sees the quorum loss", func() error {
+		poke++
+		c := getCluster(t, ns)
+		patch := client.MergeFrom(c.DeepCopy())
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations["e2e.etcdpilot.io/poke"] = fmt.Sprint(poke)
+		if err := k8s.Patch(context.Background(), c, patch); err != nil {
+			return err
+		}
+		if c.Status.Restore != nil {
+			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
+		}
+		if a := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionFalse {
+			return fmt.Errorf("Available %+v", a)
+		}
+		return nil
+	})
+	t.Logf("the operator saw the quorum loss %s after the fault", time.Since(start).Round(100*time.Millisecond))
 	holdFor(t, 20*time.Second, func() error {
 		c := getCluster(t, ns)
 		if c.Status.Restore != nil {
