@@ -322,6 +322,36 @@ func logPodsOnFailure(t testing.TB, ns string) {
 	})
 }
 
+// untilOperatorSeesQuorumLoss starts passes (an annotation change starts one) until the
+// cluster's status shows Available False, and fails if a recovery began meanwhile. A stopped
+// process makes no Kubernetes event, and a probe of it waits for its timeout: the members'
+// readiness fails only after up to 30 s, and the kubelet restarts them once their liveness
+// probes failed for about 60 s, so the test makes the operator look at once, well within that.
+func untilOperatorSeesQuorumLoss(t *testing.T, ns string, start time.Time) {
+	t.Helper()
+	poke := 0
+	eventually(t, 30*time.Second, "the operator sees the quorum loss", func() error {
+		poke++
+		c := getCluster(t, ns)
+		patch := client.MergeFrom(c.DeepCopy())
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations["e2e.etcdpilot.io/poke"] = fmt.Sprint(poke)
+		if err := k8s.Patch(context.Background(), c, patch); err != nil {
+			return err
+		}
+		if c.Status.Restore != nil {
+			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
+		}
+		if a := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionFalse {
+			return fmt.Errorf("Available %+v", a)
+		}
+		return nil
+	})
+	t.Logf("the operator saw the quorum loss %s after the fault", time.Since(start).Round(100*time.Millisecond))
+}
+
 // backedUpRecoverableCluster creates a three-member cluster in ns with disasterRecovery
 // FromLatestBackup after 5 s, writes, takes backup name, writes more (a recovery would lose
 // those writes), and returns the keys it holds and its cluster ID.
@@ -394,31 +424,7 @@ func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	}
 	start := time.Now()
-	// A stopped process makes no Kubernetes event, and a probe of it waits for its timeout: the
-	// members' readiness fails only after up to 30 s. The kubelet restarts them once their
-	// liveness probes failed for about 60 s, so the test starts passes itself (an annotation
-	// change starts one) to make the operator look at once, well within that.
-	poke := 0
-	eventually(t, 30*time.Second, "the operator sees the quorum loss", func() error {
-		poke++
-		c := getCluster(t, ns)
-		patch := client.MergeFrom(c.DeepCopy())
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations["e2e.etcdpilot.io/poke"] = fmt.Sprint(poke)
-		if err := k8s.Patch(context.Background(), c, patch); err != nil {
-			return err
-		}
-		if c.Status.Restore != nil {
-			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
-		}
-		if a := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionFalse {
-			return fmt.Errorf("Available %+v", a)
-		}
-		return nil
-	})
-	t.Logf("the operator saw the quorum loss %s after the fault", time.Since(start).Round(100*time.Millisecond))
+	untilOperatorSeesQuorumLoss(t, ns, start)
 	holdFor(t, 20*time.Second, func() error {
 		c := getCluster(t, ns)
 		if c.Status.Restore != nil {
@@ -527,31 +533,7 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 
 	restartOperator(t, "")
 	start := time.Now()
-	// A stopped process makes no Kubernetes event, and a probe of it waits for its timeout: the
-	// members' readiness fails only after up to 30 s. The kubelet restarts them once their
-	// liveness probes failed for about 60 s, so the test starts passes itself (an annotation
-	// change starts one) to make the operator look at once, well within that.
-	poke := 0
-	eventually(t, 30*time.Second, "the operator sees the quorum loss", func() error {
-		poke++
-		c := getCluster(t, ns)
-		patch := client.MergeFrom(c.DeepCopy())
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations["e2e.etcdpilot.io/poke"] = fmt.Sprint(poke)
-		if err := k8s.Patch(context.Background(), c, patch); err != nil {
-			return err
-		}
-		if c.Status.Restore != nil {
-			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
-		}
-		if a := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionFalse {
-			return fmt.Errorf("Available %+v", a)
-		}
-		return nil
-	})
-	t.Logf("the operator saw the quorum loss %s after the fault", time.Since(start).Round(100*time.Millisecond))
+	untilOperatorSeesQuorumLoss(t, ns, start)
 	holdFor(t, 20*time.Second, func() error {
 		c := getCluster(t, ns)
 		if c.Status.Restore != nil {
