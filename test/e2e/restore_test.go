@@ -352,6 +352,23 @@ func untilOperatorSeesQuorumLoss(t *testing.T, ns string, start time.Time) {
 	t.Logf("the operator saw the quorum loss %s after the fault", time.Since(start).Round(100*time.Millisecond))
 }
 
+// noRecoveryBegan says how a disaster recovery showed, if one began: a restore record, or
+// the StatefulSet scaled below its three members.
+func noRecoveryBegan(t *testing.T, ns string) error {
+	t.Helper()
+	if r := getCluster(t, ns).Status.Restore; r != nil {
+		return fmt.Errorf("a recovery began: %+v", r)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, sts); err != nil {
+		return err
+	}
+	if *sts.Spec.Replicas < 3 {
+		return fmt.Errorf("the StatefulSet was scaled to %d", *sts.Spec.Replicas)
+	}
+	return nil
+}
+
 // backedUpRecoverableCluster creates a three-member cluster in ns with disasterRecovery
 // FromLatestBackup after 5 s, writes, takes backup name, writes more (a recovery would lose
 // those writes), and returns the keys it holds and its cluster ID.
@@ -426,16 +443,8 @@ func TestClaimsDeletedUnderRunningMembersThenSilenceIsNoDisaster(t *testing.T) {
 	start := time.Now()
 	untilOperatorSeesQuorumLoss(t, ns, start)
 	holdFor(t, 20*time.Second, func() error {
-		c := getCluster(t, ns)
-		if c.Status.Restore != nil {
-			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
-		}
-		sts := &appsv1.StatefulSet{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, sts); err != nil {
+		if err := noRecoveryBegan(t, ns); err != nil {
 			return err
-		}
-		if *sts.Spec.Replicas != 3 {
-			return fmt.Errorf("the StatefulSet was scaled to %d", *sts.Spec.Replicas)
 		}
 		for m, uid := range pods {
 			p := &corev1.Pod{}
@@ -534,20 +543,7 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 	restartOperator(t, "")
 	start := time.Now()
 	untilOperatorSeesQuorumLoss(t, ns, start)
-	holdFor(t, 20*time.Second, func() error {
-		c := getCluster(t, ns)
-		if c.Status.Restore != nil {
-			return fmt.Errorf("a recovery began: %+v", c.Status.Restore)
-		}
-		sts := &appsv1.StatefulSet{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, sts); err != nil {
-			return err
-		}
-		if *sts.Spec.Replicas < 3 {
-			return fmt.Errorf("the StatefulSet was scaled to %d", *sts.Spec.Replicas)
-		}
-		return nil
-	})
+	holdFor(t, 20*time.Second, func() error { return noRecoveryBegan(t, ns) })
 	d := meta.FindStatusCondition(getCluster(t, ns).Status.Conditions, v1alpha1.ConditionDegraded)
 	t.Logf("after %s without quorum: Degraded %+v", time.Since(start).Round(100*time.Millisecond), d)
 
