@@ -312,10 +312,11 @@ func (d *drHarness) holdNoRecovery(t *testing.T) *metav1.Condition {
 	return deg
 }
 
-// untilRecoveryBegins runs passes until a disaster recovery began, for at most 5 s.
+// untilRecoveryBegins runs passes until a disaster recovery began, for at most 15 s (1 s of
+// disasterRecovery.after, passes slowed by a loaded machine).
 func (d *drHarness) untilRecoveryBegins(t *testing.T) *v1alpha1.RestoreStatus {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		d.pass(t)
 		if r := d.cluster(t).Status.Restore; r != nil {
 			return r
