@@ -176,8 +176,7 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 		r.quorumLoss.observe(c.UID, false, o.now)
 	}
 	ro.QuorumLostSince = r.quorumLoss.lostSince(c.UID)
-	lost := ro.QuorumLost
-	if lost || restore.Active(c.Status.Restore) {
+	if ro.QuorumLost || restore.Active(c.Status.Restore) {
 		latest, err := r.latestBackup(ctx, c)
 		if err != nil {
 			return ro, srcs, drEv, err

@@ -136,14 +136,19 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 	return s, nil
 }
 
-// authStateOf reads etcd's authentication state (no users) from the started member pods,
-// dialing their client URLs (t's scheme) with cfg, within timeout.
-func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.AuthState, error) {
+// dialStarted dials the client URLs (t's scheme) of the started member pods with cfg.
+func dialStarted(ctx context.Context, dial etcd.Dialer, t topology, started []string, cfg *tls.Config) (etcd.Client, error) {
 	var endpoints []string
 	for _, p := range started {
 		endpoints = append(endpoints, t.endpoint(p))
 	}
-	cl, err := dial(ctx, endpoints, cfg)
+	return dial(ctx, endpoints, cfg)
+}
+
+// authStateOf reads etcd's authentication state (no users) from the started member pods,
+// dialing them with cfg, within timeout.
+func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.AuthState, error) {
+	cl, err := dialStarted(ctx, dial, t, started, cfg)
 	if err != nil {
 		return etcd.AuthState{}, err
 	}
@@ -153,14 +158,10 @@ func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t
 	return cl.Auth(actx, nil)
 }
 
-// memberListOf reads etcd's member list from the started member pods, dialing their client
-// URLs (t's scheme) with cfg, within timeout.
+// memberListOf reads etcd's member list from the started member pods, dialing them with cfg,
+// within timeout.
 func memberListOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.Cluster, error) {
-	var endpoints []string
-	for _, p := range started {
-		endpoints = append(endpoints, t.endpoint(p))
-	}
-	cl, err := dial(ctx, endpoints, cfg)
+	cl, err := dialStarted(ctx, dial, t, started, cfg)
 	if err != nil {
 		return etcd.Cluster{}, err
 	}
