@@ -74,12 +74,18 @@ func run(m *testing.M) int {
 	return code
 }
 
-// countWrites counts every request that is not a read.
+// countWrites counts every request that is not a read, and per namespace the reads (GETs
+// that are not watches).
 type countWrites struct{ rt http.RoundTripper }
 
 func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	case http.MethodGet:
+		if ns := namespaceOf(r.URL.Path); ns != "" && r.URL.Query().Get("watch") != "true" {
+			n, _ := readsByNamespace.LoadOrStore(ns, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+		}
+	case http.MethodHead, http.MethodOptions:
 	default:
 		writes.Add(1)
 		if ns := namespaceOf(r.URL.Path); ns != "" {
@@ -98,6 +104,19 @@ var writesByNamespace sync.Map
 // writesIn is the number of the manager's write requests to objects in namespace ns.
 func writesIn(ns string) int64 {
 	n, ok := writesByNamespace.Load(ns)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int64).Load()
+}
+
+// readsByNamespace counts the manager's reads (GETs other than watches) per namespace
+// (*atomic.Int64): those its client serves past the informer cache.
+var readsByNamespace sync.Map
+
+// readsIn is the number of the manager's reads of objects in namespace ns.
+func readsIn(ns string) int64 {
+	n, ok := readsByNamespace.Load(ns)
 	if !ok {
 		return 0
 	}
