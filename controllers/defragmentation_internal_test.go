@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // defragFixture is three members etcd-0..2 (IDs 1..3) led by etcd-0, each at raft and applied
@@ -83,7 +84,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	// The call outlives its client deadline: etcd goes on defragmenting.
 	f.ErrDefragment = map[string]error{ep1: context.DeadlineExceeded}
 	stale := c.DeepCopy()
-	if err := r.act(ctx, c, topology{}, membership.Observation{Etcd: observe(t, f)}, step); err == nil {
+	if err := r.act(ctx, c, render.Topology{}, membership.Observation{Etcd: observe(t, f)}, step); err == nil {
 		t.Fatal("a defragmentation past its deadline is no error")
 	}
 	raw, ok := storedRecord(t, r, c)
@@ -129,7 +130,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	// A second operator replica deciding from a stale read stores nothing and calls nothing.
 	f.ErrDefragment = nil
 	calls := f.CallCount("Defragment")
-	if err := r.act(ctx, stale, topology{}, membership.Observation{Etcd: observe(t, f)}, plan.Step{Kind: plan.Defragment, Member: "etcd-2", ID: 3,
+	if err := r.act(ctx, stale, render.Topology{}, membership.Observation{Etcd: observe(t, f)}, plan.Step{Kind: plan.Defragment, Member: "etcd-2", ID: 3,
 		Reason: v1alpha1.ReasonDefragmenting}); !apierrors.IsConflict(err) {
 		t.Fatalf("a defragmentation decided from a stale read: %v, want a conflict", err)
 	}
@@ -153,7 +154,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 
 	// A call that returns successfully removes its own record.
 	got = getFresh(t, r, c)
-	if err := r.act(ctx, got, topology{}, membership.Observation{Etcd: observe(t, f)}, step); err != nil {
+	if err := r.act(ctx, got, render.Topology{}, membership.Observation{Etcd: observe(t, f)}, step); err != nil {
 		t.Fatal(err)
 	}
 	if raw, ok := storedRecord(t, r, c); ok {

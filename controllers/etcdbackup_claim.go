@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -192,7 +193,7 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 	if strings.HasPrefix(endpoint, "https://") {
 		// The pod presents the operator's client certificate, mounted from its Secret.
 		secret := v1alpha1.OperatorTLSSecretName(c.Name)
-		if clientTLSEnabled(c) {
+		if render.ClientTLSEnabled(c) {
 			secret = operatorTLSSecret(c)
 		}
 		ctr := &pod.Spec.Containers[0]

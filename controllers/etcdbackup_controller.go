@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -207,7 +208,7 @@ func (r *EtcdBackupReconciler) apiReader() ctrl.Reader {
 
 // source observes the cluster's members and picks the one to take the snapshot from.
 func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, *tls.Config, string, error) {
-	desired, _ := Desired(r.Renderer, c, r.Operator)
+	desired, _ := render.Desired(r.Renderer, c, r.Operator)
 	// The StatefulSet that runs, when there is one: a cluster's own chart (spec.chart.source)
 	// or patches may name ports differently from the embedded chart.
 	live := &appsv1.StatefulSet{}
@@ -219,22 +220,22 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 			desired = append(withoutKind(desired, "StatefulSet"), u)
 		}
 	}
-	t := topologyOf(c, desired)
-	if clientTLSEnabled(c) {
+	t := render.TopologyOf(c, desired)
+	if render.ClientTLSEnabled(c) {
 		cfg, err := loadClientTLS(ctx, r.Client, r.apiReader(), c)
 		if err != nil {
 			return backupplan.Source{}, nil, "", err
 		}
-		t.tls = cfg
+		t.TLS = cfg
 	}
 	// During a switch of the client port between plain and TLS: the scheme every member
 	// accepts.
-	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, t.tls)
+	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, t.TLS)
 	if err != nil {
 		return backupplan.Source{}, nil, "", err
 	}
-	t.clientScheme = sw.decision.Dial
-	t.tls = dialTLS(ctx, r.Client, c, t.clientScheme, t.tls)
+	t.ClientScheme = sw.decision.Dial
+	t.TLS = dialTLS(ctx, r.Client, c, t.ClientScheme, t.TLS)
 	o := observation{}
 	if err := observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
 		return backupplan.Source{}, nil, "", err
@@ -248,9 +249,9 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	src, why, behind := backupplan.PickSource(*o.etcd, 0)
 	if behind {
-		src, why = r.awaitApplied(ctx, *o.etcd, t.tls)
+		src, why = r.awaitApplied(ctx, *o.etcd, t.TLS)
 	}
-	return src, t.tls, why, nil
+	return src, t.TLS, why, nil
 }
 
 // awaitApplied waits up to backupCatchUpTimeout for a voting member of e to apply the leader's

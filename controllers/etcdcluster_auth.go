@@ -19,15 +19,16 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	authplan "github.com/etcd-pilot/etcd-pilot/internal/plan/auth"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // operatorUser is the etcd user the operator authenticates as: the common name of the client
 // certificate it presents ("" without one).
-func operatorUser(t topology) string {
-	if t.tls == nil || len(t.tls.Certificates) == 0 || len(t.tls.Certificates[0].Certificate) == 0 {
+func operatorUser(t render.Topology) string {
+	if t.TLS == nil || len(t.TLS.Certificates) == 0 || len(t.TLS.Certificates[0].Certificate) == 0 {
 		return ""
 	}
-	leaf, err := x509.ParseCertificate(t.tls.Certificates[0].Certificate[0])
+	leaf, err := x509.ParseCertificate(t.TLS.Certificates[0].Certificate[0])
 	if err != nil {
 		return ""
 	}
@@ -37,7 +38,7 @@ func operatorUser(t topology) string {
 // authStep asks the authentication planner when membership, the rollout and maintenance have
 // nothing to do (a is None) and spec.auth is set. It reads etcd's authentication state with
 // one call; the root user's Secret is created before the root user.
-func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, a plan.Step) (plan.Step, error) {
+func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed, a plan.Step) (plan.Step, error) {
 	if c.Spec.Auth == nil || e == nil || a.Kind != plan.None {
 		return a, nil
 	}
@@ -49,7 +50,7 @@ func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCl
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonEnablingAuth,
 			Message: "spec.auth needs the operator's client certificate (tls.client), which it does not have yet"}, nil
 	}
-	cl, err := r.DialEtcd(ctx, clientURLs(e), t.tls)
+	cl, err := r.DialEtcd(ctx, clientURLs(e), t.TLS)
 	if err != nil {
 		return a, err
 	}
@@ -87,8 +88,8 @@ func clientURLs(e *etcd.Observed) []string {
 }
 
 // authExec carries out an authentication step.
-func (r *EtcdClusterReconciler) authExec(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, a plan.Step) error {
-	cl, err := r.DialEtcd(ctx, clientURLs(e), t.tls)
+func (r *EtcdClusterReconciler) authExec(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed, a plan.Step) error {
+	cl, err := r.DialEtcd(ctx, clientURLs(e), t.TLS)
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func (r *EtcdClusterReconciler) rootPassword(ctx context.Context, c *v1alpha1.Et
 	password := base64.RawURLEncoding.EncodeToString(b)
 	s = &corev1.Secret{
 		// Owned by the cluster: it goes with it, and is kept as long as the cluster is.
-		ObjectMeta: ownedSecretMeta(c, name),
+		ObjectMeta: render.OwnedSecretMeta(c, name),
 		Type:       corev1.SecretTypeBasicAuth,
 		Data:       map[string][]byte{"username": []byte(authplan.RootUser), "password": []byte(password)},
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update;patch;delete
@@ -47,7 +48,7 @@ type certManagerLeaf struct {
 
 // certManagerLeaves are the certificates the sides with source CertManager ask cert-manager
 // for: the same as the Operator source issues (see leavesOf).
-func certManagerLeaves(c *v1alpha1.EtcdCluster, t topology) []certManagerLeaf {
+func certManagerLeaves(c *v1alpha1.EtcdCluster, t render.Topology) []certManagerLeaf {
 	var out []certManagerLeaf
 	spec := c.Spec.TLS
 	if p := spec.Peer; p != nil && sourceOf(p.Source) == v1alpha1.TLSSourceCertManager && p.IssuerRef != nil {
@@ -111,7 +112,7 @@ func certManagerCertificate(c *v1alpha1.EtcdCluster, l certManagerLeaf, renewBef
 	if renewBefore > 0 {
 		spec["renewBefore"] = renewBefore.String()
 	}
-	owner, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ptr.To(clusterOwnerRef(c)))
+	owner, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ptr.To(render.OwnerRef(c)))
 	u := &unstr.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{
 			"name": l.leaf.Secret, "namespace": c.Namespace,
@@ -164,7 +165,7 @@ func readyText(cert *unstr.Unstructured) string {
 // CertManager, deletes those of sides that no longer use it, and reads the Secrets
 // cert-manager wrote. It returns their material by Secret name and their expiry, or a
 // TLSError while cert-manager is not installed or a Secret is not usable yet.
-func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, now time.Time) (map[string]certificates.Material, []certificates.Expiry, error) {
+func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, now time.Time) (map[string]certificates.Material, []certificates.Expiry, error) {
 	leaves := certManagerLeaves(c, t)
 	if len(leaves) == 0 {
 		return nil, nil, nil
@@ -261,7 +262,7 @@ func (r *EtcdClusterReconciler) applyCertificate(ctx context.Context, c *v1alpha
 func (r *EtcdClusterReconciler) pruneCertificates(ctx context.Context, c *v1alpha1.EtcdCluster, keep map[string]bool) error {
 	list := &unstr.UnstructuredList{}
 	list.SetGroupVersionKind(CertificateGVK.GroupVersion().WithKind("CertificateList"))
-	if err := r.apiReader().List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: InventorySelector(c.Name)}); err != nil {
+	if err := r.apiReader().List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: render.InventorySelector(c.Name)}); err != nil {
 		return fmt.Errorf("failed to list the Certificates of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	for i := range list.Items {

@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 func certManagerCluster(mutate func(*v1alpha1.TLSSpec)) *v1alpha1.EtcdCluster {
@@ -121,7 +122,7 @@ func TestCertManagerCertificates(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := certManagerCluster(tc.mutate)
-			topo := topologyOf(c, nil)
+			topo := render.TopologyOf(c, nil)
 			by := map[string]*unstr.Unstructured{}
 			var names []string
 			_, renewBefore := leafTimes(c)
@@ -228,13 +229,13 @@ func TestCertManagerNotInstalled(t *testing.T) {
 	cl := fake.NewClientBuilder().WithScheme(s).Build()
 	r := &EtcdClusterReconciler{Client: cl, Scheme: s, Recorder: events.NewFakeRecorder(10)}
 	c := certManagerCluster(nil)
-	_, _, err := r.reconcileCertManager(context.Background(), c, topologyOf(c, nil), time.Now())
+	_, _, err := r.reconcileCertManager(context.Background(), c, render.TopologyOf(c, nil), time.Now())
 	if !isTLSError(err) || !strings.Contains(err.Error(), "install cert-manager") {
 		t.Fatalf("error %v, want a TLSError saying to install cert-manager", err)
 	}
 	// No side from cert-manager: nothing is looked up at all.
 	c = certManagerCluster(func(s *v1alpha1.TLSSpec) { s.Peer, s.Client = &v1alpha1.PeerTLS{}, nil })
-	if m, exp, err := r.reconcileCertManager(context.Background(), c, topologyOf(c, nil), time.Now()); err != nil || m != nil || exp != nil {
+	if m, exp, err := r.reconcileCertManager(context.Background(), c, render.TopologyOf(c, nil), time.Now()); err != nil || m != nil || exp != nil {
 		t.Fatalf("without a CertManager side: %v %v %v", m, exp, err)
 	}
 }

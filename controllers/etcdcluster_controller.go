@@ -20,6 +20,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	unstructuredv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/tlsswitch"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
@@ -59,6 +61,8 @@ const (
 	RequeueSettled     = 60 * time.Second
 	RequeueProgressing = 5 * time.Second
 )
+
+type unstructured = unstructuredv1.Unstructured
 
 // OwnedKinds are the kinds the chart renders. The controller watches them, prunes them and
 // deletes them with the cluster.
@@ -96,7 +100,7 @@ type EtcdClusterReconciler struct {
 	// Discovery reads the cluster's version and API versions, which charts from
 	// spec.chart.source see as .Capabilities; Helm's defaults when nil.
 	Discovery discovery.DiscoveryInterface
-	sources   chartSources
+	sources   render.Sources
 	// AfterStep, when set, is called after every step the executor carried out, with the
 	// step's kind. Tests of crash safety use it to stop the operator between two steps.
 	AfterStep func(kind string)
@@ -139,6 +143,7 @@ func (r *EtcdClusterReconciler) init() {
 		if r.MaxConcurrentReconciles == 0 {
 			r.MaxConcurrentReconciles = 4
 		}
+		r.sources.Embedded, r.sources.Reader, r.sources.Discovery, r.sources.Recorder = r.Renderer, r.apiReader(), r.Discovery, r.Recorder
 		r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner, Typed: builtinKinds}
 	})
 }
@@ -253,46 +258,46 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	obs := observation{cluster: c.Name, generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c), now: time.Now()}
 	_, obs.targetVersion = versionTargets(c)
 	obs.snapshotCount = snapshotCount(c)
-	obs.specReplicas = specReplicas(c)
+	obs.specReplicas = render.SpecReplicas(c)
 	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
-	renderer, specErr := r.rendererFor(ctx, c)
+	renderer, specErr := r.sources.For(ctx, c)
 	var desired []*unstructured
 	if specErr == nil {
-		desired, specErr = Desired(renderer, c, r.Operator)
-	} else if !isChartSourceError(specErr) {
+		desired, specErr = render.Desired(renderer, c, r.Operator)
+	} else if !render.IsChartSourceError(specErr) {
 		return ctrl.Result{}, specErr
 	}
 	obs.specErr = specErr
 
-	topo := topologyOf(c, desired)
+	topo := render.TopologyOf(c, desired)
 	if specErr == nil && !c.Spec.Paused {
 		// Certificates first: the members mount them, and the operator dials with its own.
 		cfg, err := r.reconcileTLS(ctx, c, topo)
 		switch {
 		case isTLSError(err):
 			specErr, obs.specErr = err, err
-			if clientTLSEnabled(c) {
+			if render.ClientTLSEnabled(c) {
 				// Status is still read from etcd, with the client certificate there is.
 				cfg, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
 			}
 		case err != nil:
 			return ctrl.Result{}, err
 		}
-		topo.tls = cfg
+		topo.TLS = cfg
 		obs.caRotation = c.Status.CARotation
-	} else if clientTLSEnabled(c) {
+	} else if render.ClientTLSEnabled(c) {
 		// Paused, or a spec that cannot be rendered: no certificate is issued, but status is
 		// still read from etcd with the certificate there is.
-		topo.tls, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
+		topo.TLS, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
 	}
 	// The client port's phase: the target, or the step towards it every member can take.
-	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo, topo.tls)
+	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo, topo.TLS)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	topo.clientScheme = sw.decision.Dial
-	topo.tls = dialTLS(ctx, r.Client, c, topo.clientScheme, topo.tls)
+	topo.ClientScheme = sw.decision.Dial
+	topo.TLS = dialTLS(ctx, r.Client, c, topo.ClientScheme, topo.TLS)
 	// The peer side's phase: the target, or the listeners and advertised URL of the step
 	// towards it that keeps every member reachable at its URL in etcd's member list.
 	ps, err := decidePeerSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo)
@@ -305,12 +310,12 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	}
 	phase.Peer = ps.phase()
 	if specErr == nil && (phase.Client != "" || phase.Peer != nil) {
-		desired, specErr = DesiredAt(renderer, c, r.Operator, phase)
+		desired, specErr = render.DesiredAt(renderer, c, r.Operator, phase)
 		obs.specErr = specErr
 		if specErr == nil {
 			// Members started on this render advertise the phase's peer URL.
-			at := topologyOf(c, desired)
-			topo.peerURLTemplate, topo.peerPort, topo.peerTransitionPort = at.peerURLTemplate, at.peerPort, at.peerTransitionPort
+			at := render.TopologyOf(c, desired)
+			topo.PeerURLTemplate, topo.PeerPort, topo.PeerTransitionPort = at.PeerURLTemplate, at.PeerPort, at.PeerTransitionPort
 		}
 	}
 	if specErr == nil {
@@ -321,7 +326,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if ps.decision.Switching {
 		// A member that joins during the switch is added at the URL every member pod can
 		// reach, which is not always the one the template advertises (see peerswitch.Join).
-		topo.peerURLTemplate = ps.joinURLTemplate(topo)
+		topo.PeerURLTemplate = ps.joinURLTemplate(topo)
 	}
 	c.Status.TLSTransition = nil
 	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
@@ -343,7 +348,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		}
 		obs.applyErr = applyErr
 		if applyErr == nil && !holdStatefulSet(c) {
-			obs.stsApplied = appliedHash(desired, "StatefulSet", topo.statefulSet)
+			obs.stsApplied = appliedHash(desired, "StatefulSet", topo.StatefulSet)
 		}
 	}
 
@@ -410,7 +415,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		// The user's Secrets are not watched: look again after a while.
 		logger.Info("TLS is not ready; looking again", "error", specErr.Error())
 		return ctrl.Result{RequeueAfter: userSecretRecheck}, nil
-	case isChartSourceError(specErr):
+	case render.IsChartSourceError(specErr):
 		// The chart's ConfigMap or registry is not watched: look again after a while.
 		logger.Info("the chart of spec.chart.source cannot be read; looking again", "error", specErr.Error())
 		return ctrl.Result{RequeueAfter: userSecretRecheck}, nil
@@ -551,16 +556,16 @@ func unionKinds(a, b []string) []string {
 
 // pinToLive keeps what cannot change on the live StatefulSet as it is in desired (its volume
 // claim templates' labels and annotations, see PinClaimTemplates).
-func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, desired []*unstructured) error {
+func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
 	live := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.statefulSet}, live)
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
-		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.statefulSet, err)
+		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
 	}
-	return PinClaimTemplates(desired, live)
+	return render.PinClaimTemplates(desired, live)
 }
 
 // reconcileDelete deletes what the cluster owns, and its volume claims only when
@@ -622,7 +627,7 @@ func inventoryKinds(c *v1alpha1.EtcdCluster, rendered []*unstructured) []schema.
 func (r *EtcdClusterReconciler) inventory(c *v1alpha1.EtcdCluster, keep []*unstructured) apply.PruneRequest {
 	return apply.PruneRequest{
 		Namespace: c.Namespace,
-		Selector:  InventorySelector(c.Name),
+		Selector:  render.InventorySelector(c.Name),
 		OwnerUID:  c.UID,
 		Kinds:     inventoryKinds(c, keep),
 		Keep:      keep,

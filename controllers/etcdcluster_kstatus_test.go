@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -46,7 +47,7 @@ func clusterAfterPass(o observation, observed bool, paused bool) *v1alpha1.EtcdC
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 2}}
 	c.Spec.Paused = paused
 	o.generation, o.paused = 2, paused
-	setStatus(c, o, topology{selector: labels.Everything()})
+	setStatus(c, o, render.Topology{Selector: labels.Everything()})
 	c.Status.ObservedGeneration = 1
 	if observed {
 		c.Status.ObservedGeneration = 2

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 var roNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -36,25 +37,25 @@ func TestLegacyLogIndex(t *testing.T) {
 		}
 		return observation{etcd: e, snapshotCount: 100, now: roNow}
 	}
-	setStatus(c, obs("3.5.0", 500), topology{selector: labels.Everything()})
+	setStatus(c, obs("3.5.0", 500), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 0 {
 		t.Fatalf("still 3.5: legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}
-	setStatus(c, obs("3.6.0", 600), topology{selector: labels.Everything()})
+	setStatus(c, obs("3.6.0", 600), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 600 || c.Status.ClusterVersion != "3.6.0" {
 		t.Fatalf("after the rise: legacyLogIndex %d, clusterVersion %s; want 600, 3.6.0", c.Status.LegacyLogIndex, c.Status.ClusterVersion)
 	}
-	setStatus(c, obs("3.6.0", 700), topology{selector: labels.Everything()})
+	setStatus(c, obs("3.6.0", 700), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 600 {
 		t.Fatalf("100 entries later (not past --snapshot-count): legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}
-	setStatus(c, obs("3.6.0", 701), topology{selector: labels.Everything()})
+	setStatus(c, obs("3.6.0", 701), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 0 {
 		t.Fatalf("101 entries later: legacyLogIndex %d, want it cleared", c.Status.LegacyLogIndex)
 	}
 	// A cluster created on 3.6 never gets one.
 	c = &v1alpha1.EtcdCluster{}
-	setStatus(c, obs("3.6.0", 10), topology{selector: labels.Everything()})
+	setStatus(c, obs("3.6.0", 10), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 0 {
 		t.Fatalf("created on 3.6: legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/maintenance"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // compactions remembers, per cluster (by UID), the revision the operator last compacted the
@@ -67,7 +68,7 @@ func (c *compactions) defragmentedSince(uid types.UID) map[uint64]bool {
 
 // maintenanceObservation builds the maintenance planner's view from this pass's etcd answers
 // and spec.maintenance. It asks etcd for the alarm list only when a member reports an alarm.
-func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, busy bool, now time.Time,
+func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed, busy bool, now time.Time,
 	defrag *plan.Defragmentation, defragWait string) maintenance.Observation {
 	o := maintenance.Observation{MaxLag: learnerMaxLag, Busy: busy, CompactedRevision: r.compacted.get(c.UID),
 		DefragmentedSinceCompaction: r.compacted.defragmentedSince(c.UID), Defragmentation: defrag, DefragmentationWait: defragWait}
@@ -117,8 +118,8 @@ func (r *EtcdClusterReconciler) maintenanceObservation(ctx context.Context, c *v
 }
 
 // alarms asks the answering members for the cluster's alarm list.
-func (r *EtcdClusterReconciler) alarms(ctx context.Context, t topology, e *etcd.Observed) ([]etcd.Alarm, error) {
-	cl, err := r.DialEtcd(ctx, clientURLs(e), t.tls)
+func (r *EtcdClusterReconciler) alarms(ctx context.Context, t render.Topology, e *etcd.Observed) ([]etcd.Alarm, error) {
+	cl, err := r.DialEtcd(ctx, clientURLs(e), t.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func (r *EtcdClusterReconciler) alarms(ctx context.Context, t topology, e *etcd.
 // stands (defrag), the planner is asked whatever a is, and its AdvanceLog (the entries that
 // let the member's applied index show whether it is done) goes first: until the record
 // ends, the safety gate refuses every step that takes another voter down.
-func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, e *etcd.Observed, a plan.Step, now time.Time,
+func (r *EtcdClusterReconciler) maintenanceStep(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed, a plan.Step, now time.Time,
 	defrag *plan.Defragmentation, defragWait string) plan.Step {
 	if e == nil || (a.Kind != plan.None && a.Kind != plan.Wait && defrag == nil) {
 		return a

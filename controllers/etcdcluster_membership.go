@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -59,7 +60,7 @@ const (
 
 // reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
 // StatefulSet's replicas, and carries out at most one membership step.
-func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (plan.Step, error) {
+func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) (plan.Step, error) {
 	mo, err := r.memberObservation(ctx, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
@@ -119,14 +120,14 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 }
 
 // memberObservation gathers one pass's view for the membership planner.
-func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (membership.Observation, error) {
+func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) (membership.Observation, error) {
 	mo := membership.Observation{
-		Desired: specReplicas(c), StatefulSet: t.statefulSet, Etcd: o.etcd, Reached: o.reached,
+		Desired: render.SpecReplicas(c), StatefulSet: t.StatefulSet, Etcd: o.etcd, Reached: o.reached,
 		// Formed: etcd reported a cluster ID before, or members answer with a leader now (a lone
 		// founder of etcd 3.5 lists its founding peers before any quorum exists).
 		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0),
 		FormedBefore: c.Status.ClusterID != "",
-		PeerURL:      t.peerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
+		PeerURL:      t.PeerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
 		DeletePVCOnScaleIn: c.Spec.Storage.Retention.WhenScaledIn != v1alpha1.RetentionRetain,
 		Now:                time.Now(),
 	}
@@ -173,13 +174,13 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		if p, ok := byOrdinal[k]; ok {
 			return p
 		}
-		p := &plan.Pod{Name: fmt.Sprintf("%s-%d", t.statefulSet, k), Ordinal: k, NodeReady: true}
+		p := &plan.Pod{Name: fmt.Sprintf("%s-%d", t.StatefulSet, k), Ordinal: k, NodeReady: true}
 		byOrdinal[k] = p
 		return p
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		k, ok := plan.Ordinal(t.statefulSet, pod.Name)
+		k, ok := plan.Ordinal(t.StatefulSet, pod.Name)
 		if !ok {
 			continue
 		}
@@ -216,7 +217,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		if !ok {
 			continue
 		}
-		k, ok := plan.Ordinal(t.statefulSet, podName)
+		k, ok := plan.Ordinal(t.StatefulSet, podName)
 		if !ok {
 			continue
 		}
@@ -230,7 +231,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	// API server before anything concludes from it.
 	if !ephemeral && o.etcd != nil {
 		for _, m := range o.etcd.Cluster.Members {
-			k, ok := plan.Ordinal(t.statefulSet, m.Name)
+			k, ok := plan.Ordinal(t.StatefulSet, m.Name)
 			if !ok || claimList[m.Name] != nil {
 				continue
 			}
@@ -255,7 +256,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		claimList = nil
 		for i := range pods.Items {
 			pod := &pods.Items[i]
-			k, ok := plan.Ordinal(t.statefulSet, pod.Name)
+			k, ok := plan.Ordinal(t.StatefulSet, pod.Name)
 			if !ok {
 				continue
 			}
@@ -274,14 +275,14 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	}
 	for podName, stamp := range stamps {
 		id, ok := memberIDs[podName]
-		k, _ := plan.Ordinal(t.statefulSet, podName)
+		k, _ := plan.Ordinal(t.StatefulSet, podName)
 		if p := byOrdinal[k]; ok {
 			p.PVCFresh = freshData(stamp, id, anyStamped, p.Running, p.RestartCount, ephemeral)
 		}
 	}
 	// Started members whose pod does not exist: since when this process has seen them so.
-	for name, since := range r.missingPods(c, o.etcd, byOrdinal, t.statefulSet, mo.Now) {
-		if k, ok := plan.Ordinal(t.statefulSet, name); ok {
+	for name, since := range r.missingPods(c, o.etcd, byOrdinal, t.StatefulSet, mo.Now) {
+		if k, ok := plan.Ordinal(t.StatefulSet, name); ok {
 			info(k).MissingSince = since
 		}
 	}
@@ -298,24 +299,24 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 const FoundersAnnotation = "etcdpilot.io/founders"
 
 // foundingList is the founding member list for n members.
-func foundingList(t topology, n int32) []string {
+func foundingList(t render.Topology, n int32) []string {
 	out := make([]string, 0, n)
 	for k := int32(0); k < n; k++ {
-		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
-		out = append(out, name+"="+t.peerURL(name))
+		name := fmt.Sprintf("%s-%d", t.StatefulSet, k)
+		out = append(out, name+"="+t.PeerURL(name))
 	}
 	return out
 }
 
 // founders reads the founding list recorded on the membership ConfigMap; without one, it is
 // the list spec.replicas gives now (the first render's, recorded by ensureMembershipConfig).
-func (r *EtcdClusterReconciler) founders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) ([]string, error) {
+func (r *EtcdClusterReconciler) founders(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) ([]string, error) {
 	return r.foundersFrom(ctx, r.Client, c, t)
 }
 
 // foundersFrom is founders read through reader (the API server, where a restore must not act
 // on a list the cache has not caught up with).
-func (r *EtcdClusterReconciler) foundersFrom(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster, t topology) ([]string, error) {
+func (r *EtcdClusterReconciler) foundersFrom(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) ([]string, error) {
 	cm := &corev1.ConfigMap{}
 	err := reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: values.MembershipConfigMapName(c.Name)}, cm)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -324,13 +325,13 @@ func (r *EtcdClusterReconciler) foundersFrom(ctx context.Context, reader client.
 	if rec := cm.Annotations[FoundersAnnotation]; rec != "" {
 		return strings.Split(rec, ","), nil
 	}
-	return foundingList(t, specReplicas(c)), nil
+	return foundingList(t, render.SpecReplicas(c)), nil
 }
 
 // ensureFoundingConfig creates the membership ConfigMap with the founding list before anything
 // else of a cluster that never formed, so the first pods (the StatefulSet starts with one
 // replica) never start before it exists.
-func (r *EtcdClusterReconciler) ensureFoundingConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) error {
+func (r *EtcdClusterReconciler) ensureFoundingConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) error {
 	if c.Status.ClusterID != "" {
 		return nil
 	}
@@ -339,7 +340,7 @@ func (r *EtcdClusterReconciler) ensureFoundingConfig(ctx context.Context, c *v1a
 	if err == nil || !apierrors.IsNotFound(err) {
 		return client.IgnoreNotFound(err)
 	}
-	list := foundingList(t, specReplicas(c))
+	list := foundingList(t, render.SpecReplicas(c))
 	return r.applyMembershipConfig(ctx, c, list, map[string]string{"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}, "")
 }
 
@@ -352,7 +353,7 @@ const MembersAnnotation = "etcdpilot.io/members"
 // ensureMembershipConfig applies the membership ConfigMap when its data or the member record
 // differs, keeping the founding list recorded. The member record is etcd's member list of
 // this pass when it was read, else the one recorded.
-func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation) error {
+func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, mo membership.Observation) error {
 	data := membership.InitialCluster(mo)
 	name := values.MembershipConfigMapName(c.Name)
 	cur := &corev1.ConfigMap{}
@@ -365,7 +366,7 @@ func (r *EtcdClusterReconciler) ensureMembershipConfig(ctx context.Context, c *v
 	if mo.Etcd != nil && mo.Etcd.Cluster.ClusterID != 0 && len(mo.Etcd.Cluster.Members) > 0 && !mo.SplitBrain {
 		computed = true
 		limit := max(mo.StsReplicas, mo.Desired, mo.Founders)
-		now := plan.RecordOf(*mo.Etcd, t.statefulSet, t.peerURL, limit, mo.Now)
+		now := plan.RecordOf(*mo.Etcd, t.StatefulSet, t.PeerURL, limit, mo.Now)
 		if old, ok := parseMemberRecord(record); !ok || !old.SameMembers(now) {
 			b, err := json.Marshal(now)
 			if err != nil {
@@ -469,17 +470,17 @@ func toAnyMap(m map[string]string) map[string]any {
 
 // scaleStatefulSet sets the StatefulSet's replicas under the membership field owner, when
 // they differ.
-func (r *EtcdClusterReconciler) scaleStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, want, have int32) error {
+func (r *EtcdClusterReconciler) scaleStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, want, have int32) error {
 	if want == have {
 		return nil
 	}
 	sts := &unstructuredv1.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "StatefulSet",
-		"metadata": map[string]any{"name": t.statefulSet, "namespace": c.Namespace},
+		"metadata": map[string]any{"name": t.StatefulSet, "namespace": c.Namespace},
 		"spec":     map[string]any{"replicas": int64(want)},
 	}}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(sts), client.FieldOwner(MembershipFieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("failed to scale StatefulSet %s/%s to %d: %w", c.Namespace, t.statefulSet, want, err)
+		return fmt.Errorf("failed to scale StatefulSet %s/%s to %d: %w", c.Namespace, t.StatefulSet, want, err)
 	}
 	return nil
 }
@@ -546,7 +547,7 @@ func (r *EtcdClusterReconciler) stampClaims(ctx context.Context, c *v1alpha1.Etc
 }
 
 // act carries out one membership step.
-func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, a plan.Step) error {
+func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, mo membership.Observation, a plan.Step) error {
 	if a.Kind == plan.None || a.Kind == plan.Wait {
 		return nil
 	}
@@ -646,7 +647,7 @@ func ignoreGone(err error) error {
 }
 
 // etcdStep carries out the steps that call etcd.
-func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo membership.Observation, a plan.Step) error {
+func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t render.Topology, mo membership.Observation, a plan.Step) error {
 	var endpoints []string
 	for _, m := range mo.Etcd.Cluster.Members {
 		// A member being removed applies its own removal and stops: a request sent through it
@@ -658,7 +659,7 @@ func (r *EtcdClusterReconciler) etcdStep(ctx context.Context, t topology, mo mem
 			endpoints = append(endpoints, m.ClientURLs[0])
 		}
 	}
-	cl, err := r.DialEtcd(ctx, endpoints, t.tls)
+	cl, err := r.DialEtcd(ctx, endpoints, t.TLS)
 	if err != nil {
 		return err
 	}
@@ -753,7 +754,7 @@ func (r *EtcdClusterReconciler) setRecord(ctx context.Context, c *v1alpha1.EtcdC
 // stops during it, leaves the record: the member counts as disrupted until etcd shows it
 // done (plan.DefragmentationOver). A record that cannot be stored stops the step before
 // etcd is called.
-func (r *EtcdClusterReconciler) defragment(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, mo membership.Observation, a plan.Step) error {
+func (r *EtcdClusterReconciler) defragment(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, mo membership.Observation, a plan.Step) error {
 	rec := plan.Defragmentation{Member: a.Member, ID: a.ID, Since: time.Now().UTC().Truncate(time.Second)}
 	if mo.Etcd != nil {
 		st := mo.Etcd.Status[a.ID]
@@ -792,12 +793,6 @@ func (r *EtcdClusterReconciler) defragmentation(ctx context.Context, c *v1alpha1
 	}
 	log.FromContext(ctx).Info("a recorded defragmentation is over", "member", d.Member, "since", d.Since, "evidence", why)
 	return nil, "", nil
-}
-
-// peerURL is the peer URL a pod advertises, from the rendered StatefulSet's
-// --initial-advertise-peer-urls with $(POD_NAME) substituted.
-func (t topology) peerURL(pod string) string {
-	return strings.ReplaceAll(t.peerURLTemplate, "$(POD_NAME)", pod)
 }
 
 // missingPods returns, for every started member of etcd's list whose pod does not exist, since

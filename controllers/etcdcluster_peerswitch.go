@@ -22,9 +22,11 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -58,13 +60,13 @@ func (s peerSwitch) phase() *values.PeerPhase {
 
 // joinURLTemplate is the peer URL, with $(POD_NAME) in it, a member that joins now is added
 // with: the planner's Join kind on the member's DNS name.
-func (s peerSwitch) joinURLTemplate(t topology) string {
+func (s peerSwitch) joinURLTemplate(t render.Topology) string {
 	k := s.decision.Join
-	port := t.peerPort
+	port := t.PeerPort
 	if k.Transition {
-		port = t.peerTransitionPort
+		port = t.PeerTransitionPort
 	}
-	return fmt.Sprintf("%s://$(POD_NAME).%s:%d", k.Scheme, t.domainSuffix, port)
+	return fmt.Sprintf("%s://$(POD_NAME).%s:%d", k.Scheme, t.DomainSuffix, port)
 }
 
 // status is status.tlsTransition's peer side, nil when no switch runs.
@@ -89,14 +91,14 @@ func (s peerSwitch) status() *v1alpha1.PeerTLSTransition {
 // decidePeerSwitch reads what decides the peer side's phase and asks the planner. t must
 // carry the client scheme and TLS configuration of this pass (the member list is read with
 // them).
-func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t topology) (peerSwitch, error) {
-	s := peerSwitch{obs: peerswitch.Observation{Target: peerTarget(c), PeerPort: t.peerPort}}
+func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t render.Topology) (peerSwitch, error) {
+	s := peerSwitch{obs: peerswitch.Observation{Target: peerTarget(c), PeerPort: t.PeerPort}}
 	pods := &corev1.PodList{}
-	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return s, fmt.Errorf("failed to list member pods: %w", err)
 	}
 	sts := &appsv1.StatefulSet{}
-	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	err := kc.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.StatefulSet}, sts)
 	var tmpl peerswitch.Listeners
 	switch {
 	case apierrors.IsNotFound(err):
@@ -105,7 +107,7 @@ func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, t
 		// template until one is applied again, and the member list decides.
 		sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
 		for i := range pods.Items {
-			if l, ok := peerListeners(&pods.Items[i].Spec, t.peerPort); ok {
+			if l, ok := peerListeners(&pods.Items[i].Spec, t.PeerPort); ok {
 				tmpl, s.liveSecret = l, secretVolume(&pods.Items[i].Spec, "peer-tls")
 				break
 			}
@@ -115,10 +117,10 @@ func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, t
 			return s, nil
 		}
 	case err != nil:
-		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.Namespace, t.StatefulSet, err)
 	default:
 		var ok bool
-		if tmpl, ok = peerListeners(&sts.Spec.Template.Spec, t.peerPort); !ok {
+		if tmpl, ok = peerListeners(&sts.Spec.Template.Spec, t.PeerPort); !ok {
 			// A template the chart did not render (no etcd container): render the target.
 			tmpl = peerswitch.Listeners{Main: s.obs.Target}
 		}
@@ -128,12 +130,12 @@ func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, t
 	var started []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if _, ok := plan.Ordinal(t.statefulSet, p.Name); !ok {
+		if _, ok := plan.Ordinal(t.StatefulSet, p.Name); !ok {
 			continue
 		}
 		// A pod whose etcd container names no peer URLs was not made from the chart's
 		// template: it tells nothing about the phase.
-		if l, ok := peerListeners(&p.Spec, t.peerPort); ok {
+		if l, ok := peerListeners(&p.Spec, t.PeerPort); ok {
 			s.obs.Pods = append(s.obs.Pods, peerswitch.Pod{Name: p.Name, Serves: l})
 		}
 		var st plan.Pod
@@ -147,8 +149,8 @@ func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, t
 		return s, nil
 	}
 	var cfg *tls.Config
-	if t.clientScheme == "https" {
-		cfg = t.tls
+	if t.ClientScheme == "https" {
+		cfg = t.TLS
 	}
 	list, err := memberListOf(ctx, dial, timeout, t, started, cfg)
 	if err != nil {
@@ -166,15 +168,9 @@ func decidePeerSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, t
 // peerListeners reads what the etcd container of a pod spec serves on its peer side, from
 // --listen-peer-urls; ok is false when the spec has no etcd container with peer URLs.
 func peerListeners(ps *corev1.PodSpec, peerPort int32) (peerswitch.Listeners, bool) {
-	for _, ctr := range ps.Containers {
-		if ctr.Name != "etcd" {
-			continue
-		}
-		for _, a := range ctr.Args {
-			if v, ok := strings.CutPrefix(a, "--listen-peer-urls="); ok {
-				return peerswitch.FromURLs(strings.Split(v, ","), peerPort), true
-			}
-		}
+	flags, _ := chartcontract.EtcdContainerArgs(ps)
+	if urls := flags.URLs("listen-peer-urls"); urls != nil {
+		return peerswitch.FromURLs(urls, peerPort), true
 	}
 	return peerswitch.Listeners{}, false
 }
@@ -192,7 +188,7 @@ func secretVolume(ps *corev1.PodSpec, name string) string {
 // peerStep proposes the peer switch's next URL move when no other step is under way (a is
 // None): the member's URL moves to the destination the planner named, on the member's own
 // host.
-func peerStep(t topology, ps *peerSwitch, a plan.Step) plan.Step {
+func peerStep(t render.Topology, ps *peerSwitch, a plan.Step) plan.Step {
 	if a.Kind != plan.None || ps == nil || ps.decision.Update == nil {
 		return a
 	}
@@ -200,7 +196,7 @@ func peerStep(t topology, ps *peerSwitch, a plan.Step) plan.Step {
 	if len(u.From) == 0 {
 		return a
 	}
-	to, err := peerswitch.MovedURL(u.From[0], u.To, t.peerPort, t.peerTransitionPort)
+	to, err := peerswitch.MovedURL(u.From[0], u.To, t.PeerPort, t.PeerTransitionPort)
 	if err != nil {
 		return plan.Step{Kind: plan.Wait, Member: u.Member, Reason: v1alpha1.ReasonSwitchingPeerTLS, Message: err.Error()}
 	}

@@ -23,8 +23,10 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -82,7 +84,7 @@ func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
 
 // reconcileRestore observes, asks the restore planner, passes the gate and carries out one
 // restore step. It returns a step of kind None when no restore is wanted or under way.
-func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, desired []*unstructured) (plan.Step, error) {
+func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation, desired []*unstructured) (plan.Step, error) {
 	ro, srcs, ev, err := r.restoreObservation(ctx, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
@@ -91,9 +93,9 @@ func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha
 	if a.Kind == plan.None {
 		return a.Step, nil
 	}
-	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.etcd, o.answers, t.statefulSet, ro.StsReplicas, specReplicas(c)
+	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.etcd, o.answers, t.StatefulSet, ro.StsReplicas, render.SpecReplicas(c)
 	ev.Formed = c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0)
-	ev.PeerURL, ev.MaxLag = t.peerURL, learnerMaxLag
+	ev.PeerURL, ev.MaxLag = t.PeerURL, learnerMaxLag
 	gated := plan.Gate(a.Step, ev)
 	if gated.Kind != a.Kind {
 		return gated, nil
@@ -107,7 +109,7 @@ type restoreSources map[string]snapshotSource
 // restoreObservation gathers the restore planner's view, and the evidence the gate reads for
 // a disaster recovery's steps (pods, claims, the recorded member list; empty while etcd shows
 // a serving quorum).
-func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) (ro restore.Observation, srcs restoreSources, drEv plan.Evidence, err error) {
+func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) (ro restore.Observation, srcs restoreSources, drEv plan.Evidence, err error) {
 	srcs = restoreSources{}
 	ro = restore.Observation{
 		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: c.Status.Restore,
@@ -210,8 +212,8 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 // recoveryEvidence reads, past the cache, what disaster recovery decides on: the pod and data
 // claim of every ordinal with the member stamps on them, the membership intent, and the member
 // list last read with a quorum (the operator's memory). It lists pods and claims once each.
-func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (plan.Evidence, error) {
-	ev := plan.Evidence{StatefulSet: t.statefulSet}
+func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) (plan.Evidence, error) {
+	ev := plan.Evidence{StatefulSet: t.StatefulSet}
 	rec, err := r.memberRecord(ctx, c)
 	if err != nil {
 		return ev, err
@@ -226,7 +228,7 @@ func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha
 		ev.Intent = in
 	}
 	pods := &corev1.PodList{}
-	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return ev, fmt.Errorf("failed to list member pods: %w", err)
 	}
 	claims := &corev1.PersistentVolumeClaimList{}
@@ -265,7 +267,7 @@ func (r *EtcdClusterReconciler) recoveryEvidence(ctx context.Context, c *v1alpha
 			}
 		}
 	}
-	ev.Pods = recoveryPods(t.statefulSet, c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral, pods.Items, claims.Items)
+	ev.Pods = recoveryPods(t.StatefulSet, c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral, pods.Items, claims.Items)
 	return ev, nil
 }
 
@@ -323,7 +325,7 @@ func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims 
 
 // restoreFounders fills Founders: while members are being stopped, every ordinal that has a
 // member pod; afterwards, the founding list.
-func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation, ro *restore.Observation) error {
+func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation, ro *restore.Observation) error {
 	rec := c.Status.Restore
 	wanted := ro.Bootstrap != nil && rec == nil
 	if rec == nil && !wanted {
@@ -339,12 +341,12 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 	members := map[string]bool{}
 	stuck := map[string]string{}
 	pods := &corev1.PodList{}
-	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return fmt.Errorf("failed to list member pods: %w", err)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if k, ok := plan.Ordinal(t.statefulSet, p.Name); ok {
+		if k, ok := plan.Ordinal(t.StatefulSet, p.Name); ok {
 			members[p.Name] = true
 			if rec != nil && rec.Phase == v1alpha1.RestoreStopping {
 				n = max(n, k+1)
@@ -361,7 +363,7 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 		id = rec.ID
 	}
 	for k := int32(0); k < n; k++ {
-		name := fmt.Sprintf("%s-%d", t.statefulSet, k)
+		name := fmt.Sprintf("%s-%d", t.StatefulSet, k)
 		f := restore.Founder{Name: name, MemberPodExists: members[name], MemberPodStuck: stuck[name]}
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + name}, pvc)
@@ -605,7 +607,7 @@ func (r *EtcdClusterReconciler) recordedSource(ctx context.Context, c *v1alpha1.
 }
 
 // actRestore carries out one restore step.
-func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, ro restore.Observation, a restore.Action, srcs restoreSources, desired []*unstructured) error {
+func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, ro restore.Observation, a restore.Action, srcs restoreSources, desired []*unstructured) error {
 	if a.Kind == plan.Wait {
 		return nil
 	}
@@ -627,7 +629,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 	case restore.RunRestorePod:
 		err = r.runRestorePod(ctx, c, t, a.Member, srcs, desired)
 	case restore.DeleteRestorePod, restore.CleanUp:
-		k, _ := plan.Ordinal(t.statefulSet, a.Member)
+		k, _ := plan.Ordinal(t.StatefulSet, a.Member)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restorePodName(c.Name, c.Status.Restore.ID, k)}}
 		err = client.IgnoreNotFound(r.Client.Delete(ctx, pod))
 		if err == nil && a.Record != nil {
@@ -670,7 +672,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 // new cluster as founders: the member stamps on the claims (they name the lost members), the
 // intent of a change that can never finish, the membership ConfigMap (re-created with the
 // founding list and state "new"), and what status knew of the lost cluster.
-func (r *EtcdClusterReconciler) resetMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) error {
+func (r *EtcdClusterReconciler) resetMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) error {
 	claims := &corev1.PersistentVolumeClaimList{}
 	if err := r.apiReader().List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
 		return fmt.Errorf("failed to list volume claims: %w", err)
@@ -694,10 +696,10 @@ func (r *EtcdClusterReconciler) resetMembership(ctx context.Context, c *v1alpha1
 	// The founding list of the restored cluster, recorded in the same step: spec.replicas
 	// members, and every ordinal that has a claim (a survivor above spec.replicas is restored
 	// too, with its data set aside, rather than left with a stale claim; a scale-in follows).
-	n := specReplicas(c)
+	n := render.SpecReplicas(c)
 	for i := range claims.Items {
 		if podName, ok := strings.CutPrefix(claims.Items[i].Name, "data-"); ok {
-			if k, ok := plan.Ordinal(t.statefulSet, podName); ok {
+			if k, ok := plan.Ordinal(t.StatefulSet, podName); ok {
 				n = max(n, k+1)
 			}
 		}
@@ -764,7 +766,7 @@ func (r *EtcdClusterReconciler) createClaim(ctx context.Context, c *v1alpha1.Etc
 // fetches and checks the snapshot and sets the volume's earlier data aside; etcdutl of the
 // cluster's etcd image restores it with the founding list and the restore's cluster token;
 // restore-finish checks the result and deletes the staging folder.
-func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, member string, srcs restoreSources, desired []*unstructured) error {
+func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, member string, srcs restoreSources, desired []*unstructured) error {
 	rec := c.Status.Restore
 	src, ok := srcs[rec.Location]
 	if !ok {
@@ -778,18 +780,14 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 	if err != nil {
 		return err
 	}
-	k, _ := plan.Ordinal(t.statefulSet, member)
+	k, _ := plan.Ordinal(t.StatefulSet, member)
 	var etcdImage, token string
 	for _, ctr := range sts.Spec.Template.Spec.Containers {
 		if ctr.Name != "etcd" {
 			continue
 		}
 		etcdImage = ctr.Image
-		for _, a := range ctr.Args {
-			if v, ok := strings.CutPrefix(a, "--initial-cluster-token="); ok {
-				token = v
-			}
-		}
+		token, _ = chartcontract.ParseEtcdArgs(ctr.Command, ctr.Args).Get("initial-cluster-token")
 	}
 	if etcdImage == "" || token == "" {
 		return fmt.Errorf("the rendered StatefulSet has no etcd container with --initial-cluster-token")
@@ -860,7 +858,7 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 						"--name=" + member,
 						"--initial-cluster=" + strings.Join(founders, ","),
 						"--initial-cluster-token=" + restore.Token(token, rec.ID),
-						"--initial-advertise-peer-urls=" + t.peerURL(member)},
+						"--initial-advertise-peer-urls=" + t.PeerURL(member)},
 					VolumeMounts: mounts[:1], SecurityContext: restricted,
 					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 				},

@@ -30,6 +30,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -499,7 +500,7 @@ func (h *restoreHarness) untilRestorePods(t *testing.T, id string) []*corev1.Pod
 // rendered is the StatefulSet the chart renders for the cluster now.
 func (h *restoreHarness) rendered(t *testing.T) *appsv1.StatefulSet {
 	t.Helper()
-	objs, err := controllers.Desired(h.renderer, h.cluster(t), values.DefaultOperator())
+	objs, err := render.Desired(h.renderer, h.cluster(t), values.DefaultOperator())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
@@ -127,24 +128,24 @@ func membershipProgress(a *plan.Step) bool {
 // answer, and asking it would only hold the pass for the call's timeout. When no
 // member can read the member list (quorum lost, or still forming), it counts the members
 // that answer a status call.
-func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
+func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) error {
 	return observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, o)
 }
 
 // observeMembers is observe for any controller that reads a cluster's members: it fills o.sts,
 // o.pods and what etcd answered.
-func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t topology, o *observation) error {
+func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) error {
 	sts := &appsv1.StatefulSet{}
-	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	err := kc.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.StatefulSet}, sts)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
-		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.Namespace, t.StatefulSet, err)
 	}
 	o.sts = sts
 	pods := &corev1.PodList{}
-	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return fmt.Errorf("failed to list member pods: %w", err)
 	}
 	o.pods = pods
@@ -152,8 +153,8 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 	for i := range pods.Items {
 		p := plan.Pod{}
 		plan.PodState(&p, &pods.Items[i])
-		if _, ok := plan.Ordinal(t.statefulSet, pods.Items[i].Name); ok && p.Started {
-			endpoints = append(endpoints, t.endpoint(pods.Items[i].Name))
+		if _, ok := plan.Ordinal(t.StatefulSet, pods.Items[i].Name); ok && p.Started {
+			endpoints = append(endpoints, t.Endpoint(pods.Items[i].Name))
 		}
 	}
 	o.etcdAsked = true
@@ -161,7 +162,7 @@ func observeMembers(ctx context.Context, kc client.Client, dial etcd.Dialer, tim
 		o.etcdErr = errors.New("no member pod runs etcd with its listeners up")
 		return nil
 	}
-	cl, err := dial(ctx, endpoints, t.tls)
+	cl, err := dial(ctx, endpoints, t.TLS)
 	if err != nil {
 		o.etcdErr = err
 		return nil
@@ -247,9 +248,9 @@ func (r *refusals) first() error {
 
 // setStatus fills c.Status from o. It keeps LastTransitionTime of conditions whose status did
 // not change, so an unchanged cluster gives an unchanged status.
-func setStatus(c *v1alpha1.EtcdCluster, o observation, t topology) {
+func setStatus(c *v1alpha1.EtcdCluster, o observation, t render.Topology) {
 	s := &c.Status
-	s.Selector = t.selector.String()
+	s.Selector = t.Selector.String()
 	if o.sts != nil {
 		s.Replicas = o.sts.Status.Replicas
 		s.ReadyReplicas = o.sts.Status.ReadyReplicas

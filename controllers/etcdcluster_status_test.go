@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 func sts(replicas, ready, updated int32) *appsv1.StatefulSet {
@@ -233,7 +234,7 @@ func TestDegradedMessageNamesWhatToFix(t *testing.T) {
 func TestUnchangedObservationKeepsStatus(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 1}}
 	o := observation{generation: 1, specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)}
-	topo := topologyOf(c, nil)
+	topo := render.TopologyOf(c, nil)
 	setStatus(c, o, topo)
 	first := c.Status.DeepCopy()
 	setStatus(c, o, topo)
@@ -285,13 +286,13 @@ func TestTotalOutageShowsInOnePass(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{}
 	c.Name, c.Namespace = "outage", "ns"
 	healthy := observation{specReplicas: 3, sts: sts(3, 3, 3), etcdAsked: true, etcd: cluster(3, 1, nil, nil)}
-	setStatus(c, healthy, topology{selector: labels.Everything()})
+	setStatus(c, healthy, render.Topology{Selector: labels.Everything()})
 	recordMetrics(c)
 	if got := seriesOf(t, "etcdpilot_cluster_has_leader", "ns", "outage")[""]; got != 1 {
 		t.Fatalf("healthy: has_leader %v", got)
 	}
 	outage := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, reached: 1, etcdErr: errors.New("context deadline exceeded")}
-	setStatus(c, outage, topology{selector: labels.Everything()})
+	setStatus(c, outage, render.Topology{Selector: labels.Everything()})
 	recordMetrics(c)
 	if len(c.Status.Members) != 3 {
 		t.Fatalf("the member table went away: %+v", c.Status.Members)
@@ -310,7 +311,7 @@ func TestTotalOutageShowsInOnePass(t *testing.T) {
 	// One member of three answering with the member list (etcd 3.5 serves it without a
 	// quorum): no member is healthy either.
 	lone := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcdAsked: true, etcd: cluster(3, 0, []uint64{2, 3}, nil)}
-	setStatus(c, lone, topology{selector: labels.Everything()})
+	setStatus(c, lone, render.Topology{Selector: labels.Everything()})
 	for _, m := range c.Status.Members {
 		if m.Healthy {
 			t.Fatalf("without a quorum member %s is reported healthy", m.Name)

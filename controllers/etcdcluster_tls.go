@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -48,16 +49,11 @@ type TLSError struct {
 
 func (e *TLSError) Error() string { return e.Msg }
 
-// clientTLSEnabled reports whether the cluster serves its client port over TLS.
-func clientTLSEnabled(c *v1alpha1.EtcdCluster) bool {
-	return c.Spec.TLS != nil && c.Spec.TLS.Client != nil
-}
-
 // reconcileTLS makes sure the certificates of spec.tls exist (issuing or renewing those the
 // operator keeps, asking cert-manager for those of source CertManager), records their expiry
 // in status, and returns the TLS configuration the operator dials the members' client port
 // with (nil when the client port is plain).
-func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (*tls.Config, error) {
+func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) (*tls.Config, error) {
 	spec := c.Spec.TLS
 	if spec == nil || (spec.Peer == nil && spec.Client == nil) {
 		c.Status.Certificates = nil
@@ -157,7 +153,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 
 // operatorCertificates is what the Operator source asks for: the CA and the leaves of the
 // sides whose source is Operator. ok is false when no side's source is Operator.
-func operatorCertificates(c *v1alpha1.EtcdCluster, t topology) (certificates.Want, bool) {
+func operatorCertificates(c *v1alpha1.EtcdCluster, t render.Topology) (certificates.Want, bool) {
 	spec := c.Spec.TLS
 	want := certificates.Want{
 		CASecret: v1alpha1.CASecretName(c.Name), CACommonName: fmt.Sprintf("etcd-pilot CA of %s/%s", c.Namespace, c.Name),
@@ -207,7 +203,7 @@ func leafTimes(c *v1alpha1.EtcdCluster) (validity, renewBefore time.Duration) {
 // leavesOf are the leaf certificates of one side, in the Secrets named after the cluster,
 // whichever source issues them (Operator or CertManager): the peer certificate, or the
 // members' server certificate and the operator's client certificate.
-func leavesOf(c *v1alpha1.EtcdCluster, t topology, s side) []certificates.Leaf {
+func leavesOf(c *v1alpha1.EtcdCluster, t render.Topology, s side) []certificates.Leaf {
 	validity, _ := leafTimes(c)
 	dns, ips := memberNames(c, t)
 	if s == sidePeer {
@@ -231,16 +227,16 @@ const OperatorCommonName = "etcd-pilot"
 // memberNames are the names a member is reached by: every pod's DNS name (a wildcard below
 // the headless Service, with and without the cluster domain), the client Service's names, and
 // spec.tls.extraSANs (IP addresses among them go in as IPs).
-func memberNames(c *v1alpha1.EtcdCluster, t topology) ([]string, []net.IP) {
-	short := fmt.Sprintf("%s.%s.svc", t.service, t.namespace)
+func memberNames(c *v1alpha1.EtcdCluster, t render.Topology) ([]string, []net.IP) {
+	short := fmt.Sprintf("%s.%s.svc", t.Service, t.Namespace)
 	dns := []string{"*." + short}
-	if t.domainSuffix != "" && t.domainSuffix != short {
-		dns = append(dns, "*."+t.domainSuffix)
+	if t.DomainSuffix != "" && t.DomainSuffix != short {
+		dns = append(dns, "*."+t.DomainSuffix)
 	}
-	client := t.clientService
-	dns = append(dns, client, client+"."+t.namespace, client+"."+t.namespace+".svc")
-	if t.clusterDomain != "" {
-		dns = append(dns, client+"."+t.namespace+".svc."+t.clusterDomain)
+	client := t.ClientService
+	dns = append(dns, client, client+"."+t.Namespace, client+"."+t.Namespace+".svc")
+	if t.ClusterDomain != "" {
+		dns = append(dns, client+"."+t.Namespace+".svc."+t.ClusterDomain)
 	}
 	var ips []net.IP
 	for _, s := range c.Spec.TLS.ExtraSANs {
@@ -334,7 +330,7 @@ func (r *EtcdClusterReconciler) issue(ctx context.Context, c *v1alpha1.EtcdClust
 func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, name string, m certificates.Material) error {
 	sec := &corev1.Secret{
 		// Owned by the cluster: it goes with it, and is kept as long as the cluster is.
-		ObjectMeta: ownedSecretMeta(c, name),
+		ObjectMeta: render.OwnedSecretMeta(c, name),
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{certs.CertKey: m.Cert, certs.KeyKey: m.Key, certs.CAKey: m.CA},
 	}
@@ -582,16 +578,16 @@ func rotating(m certificates.Material) bool {
 // ordinals has a ready pod whose template annotation names the same generation (a pod read
 // the Secret's bundle when it started, after the bundle of that generation was written).
 // -1 when a pod is missing, not ready, or they differ.
-func (r *EtcdClusterReconciler) membersGeneration(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (int64, error) {
+func (r *EtcdClusterReconciler) membersGeneration(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) (int64, error) {
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return -1, fmt.Errorf("failed to list member pods: %w", err)
 	}
-	want := specReplicas(c)
+	want := render.SpecReplicas(c)
 	gen, seen := int64(-1), int32(0)
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		k, ok := plan.Ordinal(t.statefulSet, p.Name)
+		k, ok := plan.Ordinal(t.StatefulSet, p.Name)
 		if !ok || k >= want {
 			continue
 		}
@@ -616,7 +612,7 @@ func (r *EtcdClusterReconciler) membersGeneration(ctx context.Context, c *v1alph
 // servedByCurrentCA reads, in a TLS handshake with every member's client and peer port, the
 // certificate each serves, and reports whether all of them are signed by the CA that signs
 // now: only then may the old CA be dropped from the bundle.
-func (r *EtcdClusterReconciler) servedByCurrentCA(ctx context.Context, c *v1alpha1.EtcdCluster, t topology, observed map[string]certificates.Material) bool {
+func (r *EtcdClusterReconciler) servedByCurrentCA(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, observed map[string]certificates.Material) bool {
 	ca, ok := observed[v1alpha1.CASecretName(c.Name)]
 	if !ok {
 		return false
@@ -625,13 +621,13 @@ func (r *EtcdClusterReconciler) servedByCurrentCA(ctx context.Context, c *v1alph
 	signer.AppendCertsFromPEM(ca.Cert)
 	var ports []servedPort
 	if p := c.Spec.TLS.Peer; p != nil && sourceOf(p.Source) == v1alpha1.TLSSourceOperator {
-		ports = append(ports, servedPort{material: observed[v1alpha1.PeerTLSSecretName(c.Name)], url: t.peerURL})
+		ports = append(ports, servedPort{material: observed[v1alpha1.PeerTLSSecretName(c.Name)], url: t.PeerURL})
 	}
 	if cl := c.Spec.TLS.Client; cl != nil && sourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
-		ports = append(ports, servedPort{material: observed[v1alpha1.OperatorTLSSecretName(c.Name)], url: func(pod string) string { return t.endpoint(pod) }})
+		ports = append(ports, servedPort{material: observed[v1alpha1.OperatorTLSSecretName(c.Name)], url: func(pod string) string { return t.Endpoint(pod) }})
 	}
-	for k := int32(0); k < specReplicas(c); k++ {
-		pod := fmt.Sprintf("%s-%d", t.statefulSet, k)
+	for k := int32(0); k < render.SpecReplicas(c); k++ {
+		pod := fmt.Sprintf("%s-%d", t.StatefulSet, k)
 		for _, p := range ports {
 			leaf, err := servedLeaf(ctx, p.url(pod), p.material)
 			if err != nil {
@@ -680,7 +676,7 @@ func servedLeaf(ctx context.Context, rawURL string, m certificates.Material) (*x
 
 // membersMountTLS reports whether the live StatefulSet's pod template or any member pod
 // mounts a TLS Secret (the chart's peer-tls or client-tls volume).
-func (r *EtcdClusterReconciler) membersMountTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t topology) (bool, error) {
+func (r *EtcdClusterReconciler) membersMountTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) (bool, error) {
 	mounts := func(ps *corev1.PodSpec) bool {
 		for _, v := range ps.Volumes {
 			if (v.Name == "peer-tls" || v.Name == "client-tls") && v.Secret != nil {
@@ -690,15 +686,15 @@ func (r *EtcdClusterReconciler) membersMountTLS(ctx context.Context, c *v1alpha1
 		return false
 	}
 	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.StatefulSet}, sts)
 	switch {
 	case err == nil && mounts(&sts.Spec.Template.Spec):
 		return true, nil
 	case err != nil && !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+		return false, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.Namespace, t.StatefulSet, err)
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return false, fmt.Errorf("failed to list member pods: %w", err)
 	}
 	for i := range pods.Items {

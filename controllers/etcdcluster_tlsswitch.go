@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -17,9 +16,11 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/tlsswitch"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -40,16 +41,16 @@ func (s clientSwitch) phase() values.Phase {
 }
 
 // decideClientSwitch reads what decides the client port's phase and asks the planner.
-func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t topology, cfg *tls.Config) (clientSwitch, error) {
+func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t render.Topology, cfg *tls.Config) (clientSwitch, error) {
 	s := clientSwitch{obs: tlsswitch.Observation{Target: values.ClientTarget(c)}}
 	sts := &appsv1.StatefulSet{}
-	err := kc.Get(ctx, types.NamespacedName{Namespace: t.namespace, Name: t.statefulSet}, sts)
+	err := kc.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.StatefulSet}, sts)
 	switch {
 	case apierrors.IsNotFound(err):
 		s.decision = tlsswitch.Decide(s.obs)
 		return s, nil
 	case err != nil:
-		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.namespace, t.statefulSet, err)
+		return s, fmt.Errorf("failed to get StatefulSet %s/%s: %w", t.Namespace, t.StatefulSet, err)
 	}
 	s.obs.Template, s.live = clientListeners(&sts.Spec.Template.Spec)
 	if s.obs.Template == "" {
@@ -57,13 +58,13 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 		s.obs.Template = s.obs.Target
 	}
 	pods := &corev1.PodList{}
-	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.selector}); err != nil {
+	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
 		return s, fmt.Errorf("failed to list member pods: %w", err)
 	}
 	var started []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if _, ok := plan.Ordinal(t.statefulSet, p.Name); !ok {
+		if _, ok := plan.Ordinal(t.StatefulSet, p.Name); !ok {
 			continue
 		}
 		// A pod whose etcd container names no client URLs was not made from the chart's
@@ -82,9 +83,9 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 		return s, nil
 	}
 	// Before the template stops serving a scheme: what every member published in etcd.
-	t.clientScheme = s.decision.Dial
+	t.ClientScheme = s.decision.Dial
 	dcfg := cfg
-	if t.clientScheme == "http" {
+	if t.ClientScheme == "http" {
 		dcfg = nil
 	} else if dcfg == nil {
 		if dcfg, err = fallbackClientTLS(ctx, kc, c); err != nil {
@@ -118,7 +119,7 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 		}
 	}
 	if acfg != nil {
-		t.clientScheme = "https"
+		t.ClientScheme = "https"
 		st, err := authStateOf(ctx, dial, timeout, t, started, acfg)
 		switch {
 		case err == nil && st.Enabled:
@@ -137,17 +138,17 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 }
 
 // dialStarted dials the client URLs (t's scheme) of the started member pods with cfg.
-func dialStarted(ctx context.Context, dial etcd.Dialer, t topology, started []string, cfg *tls.Config) (etcd.Client, error) {
+func dialStarted(ctx context.Context, dial etcd.Dialer, t render.Topology, started []string, cfg *tls.Config) (etcd.Client, error) {
 	var endpoints []string
 	for _, p := range started {
-		endpoints = append(endpoints, t.endpoint(p))
+		endpoints = append(endpoints, t.Endpoint(p))
 	}
 	return dial(ctx, endpoints, cfg)
 }
 
 // authStateOf reads etcd's authentication state (no users) from the started member pods,
 // dialing them with cfg, within timeout.
-func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.AuthState, error) {
+func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t render.Topology, started []string, cfg *tls.Config) (etcd.AuthState, error) {
 	cl, err := dialStarted(ctx, dial, t, started, cfg)
 	if err != nil {
 		return etcd.AuthState{}, err
@@ -160,7 +161,7 @@ func authStateOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t
 
 // memberListOf reads etcd's member list from the started member pods, dialing them with cfg,
 // within timeout.
-func memberListOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t topology, started []string, cfg *tls.Config) (etcd.Cluster, error) {
+func memberListOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, t render.Topology, started []string, cfg *tls.Config) (etcd.Cluster, error) {
 	cl, err := dialStarted(ctx, dial, t, started, cfg)
 	if err != nil {
 		return etcd.Cluster{}, err
@@ -177,22 +178,14 @@ func memberListOf(ctx context.Context, dial etcd.Dialer, timeout time.Duration, 
 func clientListeners(ps *corev1.PodSpec) (v1alpha1.ClientTLSMode, *charts.TLSSideValues) {
 	var mode v1alpha1.ClientTLSMode
 	var live *charts.TLSSideValues
-	for _, ctr := range ps.Containers {
-		if ctr.Name != "etcd" {
-			continue
-		}
-		for _, a := range ctr.Args {
-			if v, ok := strings.CutPrefix(a, "--listen-client-urls="); ok {
-				mode = tlsswitch.FromURLs(strings.Split(v, ",")).Mode()
-			}
-			if v, ok := strings.CutPrefix(a, "--client-cert-auth="); ok {
-				if live == nil {
-					live = &charts.TLSSideValues{}
-				}
-				b, _ := strconv.ParseBool(v)
-				live.ClientCertAuth = &b
-			}
-		}
+	flags, _ := chartcontract.EtcdContainerArgs(ps)
+	if urls := flags.URLs("listen-client-urls"); urls != nil {
+		mode = tlsswitch.FromURLs(urls).Mode()
+	}
+	if v, ok := flags.Get("client-cert-auth"); ok {
+		live = &charts.TLSSideValues{}
+		b, _ := strconv.ParseBool(v)
+		live.ClientCertAuth = &b
 	}
 	for _, v := range ps.Volumes {
 		if v.Name == "client-tls" && v.Secret != nil {

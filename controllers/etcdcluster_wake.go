@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -178,8 +179,8 @@ func changed(ctx context.Context, cl etcd.Client, ww wakeWatch) bool {
 // wakeWatchOf is what the pass that observed o waits to see change in etcd: listed members
 // that did not answer although their etcd container runs, and, while every listed member
 // answers and runs a newer minor than the cluster version, the cluster version.
-func wakeWatchOf(o observation, t topology) wakeWatch {
-	ww := wakeWatch{tls: t.tls}
+func wakeWatchOf(o observation, t render.Topology) wakeWatch {
+	ww := wakeWatch{tls: t.TLS}
 	if o.etcd == nil {
 		return ww
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 )
 
@@ -179,7 +180,7 @@ func TestWakeWatchOf(t *testing.T) {
 		{"no etcd view", observation{pods: &corev1.PodList{Items: all}}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ww := wakeWatchOf(tc.o, topology{})
+			ww := wakeWatchOf(tc.o, render.Topology{})
 			if !slices.Equal(ww.silent, tc.silent) || ww.versionURL != tc.versionURL {
 				t.Fatalf("silent %v, versionURL %q; want %v and %q", ww.silent, ww.versionURL, tc.silent, tc.versionURL)
 			}
@@ -194,14 +195,14 @@ func TestWakeWatchOf(t *testing.T) {
 		st.ClusterVersion = "3.6.0"
 		o.etcd.Status[id] = st
 	}
-	if ww := wakeWatchOf(o, topology{}); !ww.empty() {
+	if ww := wakeWatchOf(o, render.Topology{}); !ww.empty() {
 		t.Fatalf("watch %+v during a patch upgrade, want none", ww)
 	}
 	// A learner that has not started (no name, no client URL) is not watched.
 	o = obs("3.5.35", nil, all...)
 	o.etcd.Cluster.Members = append(o.etcd.Cluster.Members, etcd.Member{ID: 9, IsLearner: true})
 	o.etcd.StatusErr[9] = errors.New("member has not started yet")
-	if ww := wakeWatchOf(o, topology{}); !ww.empty() {
+	if ww := wakeWatchOf(o, render.Topology{}); !ww.empty() {
 		t.Fatalf("watch %+v with an unstarted learner, want none", ww)
 	}
 }

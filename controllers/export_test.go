@@ -6,12 +6,13 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // Act runs the executor on one step, for the tests of package controllers_test.
 func (r *EtcdClusterReconciler) Act(ctx context.Context, c *v1alpha1.EtcdCluster, mo membership.Observation, s plan.Step) error {
 	r.init()
-	return r.act(ctx, c, topology{}, mo, s)
+	return r.act(ctx, c, render.Topology{}, mo, s)
 }
 
 // SetIntent stores an intent as the executor does, for the tests of package controllers_test.

@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/maintenance"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // Metrics of the clusters the operator runs, served on the manager's metrics endpoint. Every
@@ -245,7 +246,7 @@ func recordMetrics(c *v1alpha1.EtcdCluster) {
 	}
 	clusterMetrics.update(c, func(v *clusterValues) {
 		v.status = true
-		v.hasLeader, v.members, v.desired, v.healthy = x.hasLeader, float64(len(c.Status.Members)), float64(specReplicas(c)), x.healthy
+		v.hasLeader, v.members, v.desired, v.healthy = x.hasLeader, float64(len(c.Status.Members)), float64(render.SpecReplicas(c)), x.healthy
 		v.learners, v.voters, v.healthyVoters, v.pending = x.learners, x.voters, x.healthyVoters, x.pending
 		v.quota, v.backupLastSuccess = x.quota, x.backupLastSuccess
 		v.dbSize, v.certs, v.conditions = nilIfEmpty(sizes), nilIfEmpty(certs), nilIfEmpty(conds)

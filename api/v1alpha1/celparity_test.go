@@ -19,14 +19,14 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // Admission and the controller must never disagree: an object the API server refuses today
 // may have been stored before its rule existed (or with the CRD of an older release), and the
 // controller must then refuse it too, with a condition, instead of acting on it. The Go side
-// is controllers.Desired, the one function every pass turns a spec into objects with.
+// is render.Desired, the one function every pass turns a spec into objects with.
 
 // parityRow is one CEL rule of the EtcdCluster CRD and an object that breaks it.
 type parityRow struct {
@@ -243,7 +243,7 @@ var (
 	parityRendererErr  error
 )
 
-// goValidate is the controller's verdict on spec: the error controllers.Desired returns for
+// goValidate is the controller's verdict on spec: the error render.Desired returns for
 // an object with it (named and given a UID as the API server would).
 func goValidate(t *testing.T, spec v1alpha1.EtcdClusterSpec) error {
 	t.Helper()
@@ -253,7 +253,7 @@ func goValidate(t *testing.T, spec v1alpha1.EtcdClusterSpec) error {
 	}
 	c := newCluster("ns", "parity", func(s *v1alpha1.EtcdClusterSpec) { *s = *spec.DeepCopy() })
 	c.UID = "4e2d6f6a-0000-4000-8000-000000000001"
-	_, err := controllers.Desired(parityRenderer, c, values.DefaultOperator())
+	_, err := render.Desired(parityRenderer, c, values.DefaultOperator())
 	return err
 }
 

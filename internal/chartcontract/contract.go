@@ -228,37 +228,23 @@ func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[s
 func checkEtcdContainer(etcd map[string]any, c Contract, where string, add func(string, ...any)) {
 	args, _, _ := unstructured.NestedStringSlice(etcd, "args")
 	cmd, _, _ := unstructured.NestedStringSlice(etcd, "command")
-	all := append(append([]string{}, cmd...), args...)
-	has := func(prefix string) bool {
-		for _, a := range all {
-			if strings.HasPrefix(a, prefix) {
-				return true
-			}
-		}
-		return false
-	}
-	required := []string{"--name=$(POD_NAME)", "--data-dir=" + DataDir, "--listen-peer-urls=", "--initial-advertise-peer-urls=", "--advertise-client-urls="}
+	flags := ParseEtcdArgs(cmd, args)
+	required := []struct{ name, value string }{{"name", "$(POD_NAME)"}, {"data-dir", DataDir}, {"listen-peer-urls", ""}, {"initial-advertise-peer-urls", ""}, {"advertise-client-urls", ""}}
 	if c.Token != "" {
-		required = append(required, "--initial-cluster-token="+c.Token)
+		required = append(required, struct{ name, value string }{"initial-cluster-token", c.Token})
 	}
 	for _, r := range required {
-		exact := !strings.HasSuffix(r, "=")
-		found := false
-		for _, a := range all {
-			if (exact && a == r) || (!exact && strings.HasPrefix(a, r)) {
-				found = true
-			}
-		}
-		if !found {
-			add("%s: the etcd container needs the flag %s", where, r)
+		v, ok := flags.Get(r.name)
+		if !ok || (r.value != "" && v != r.value) {
+			add("%s: the etcd container needs the flag --%s=%s", where, r.name, r.value)
 		}
 	}
 	if c.MembershipConfigMap == "" {
 		return
 	}
-	for _, f := range []string{"--initial-cluster=", "--initial-cluster-state=", "--force-new-cluster"} {
-		if has(f) {
-			add("%s: the etcd container may not set %s: the operator forms the cluster and adds members through the membership ConfigMap", where, strings.TrimSuffix(f, "="))
+	for _, f := range []string{"initial-cluster", "initial-cluster-state", "force-new-cluster"} {
+		if flags.Has(f) {
+			add("%s: the etcd container may not set --%s: the operator forms the cluster and adds members through the membership ConfigMap", where, f)
 		}
 	}
 	env, _, _ := unstructured.NestedSlice(etcd, "env")

@@ -27,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -319,7 +320,7 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		var c *v1alpha1.EtcdCluster
 		var vals map[string]any
 		if c, vals, err = in.load(stdin); err == nil {
-			objs, err = controllers.DesiredFromValues(r, c, vals)
+			objs, err = render.DesiredFromValues(r, c, vals)
 		}
 	}
 	if err != nil {

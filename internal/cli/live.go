@@ -17,8 +17,8 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // liveFlags make render read the cluster: the live EtcdCluster (its UID gives the cluster
@@ -86,11 +86,11 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 	}
 	r := embedded
 	if !chartDir {
-		if r, err = controllers.ChartFor(ctx, cl, disco, embedded, c); err != nil {
+		if r, err = render.ChartFor(ctx, cl, disco, embedded, c); err != nil {
 			return nil, err
 		}
 	}
-	objs, err := controllers.DesiredFromValues(r, c, vals)
+	objs, err := render.DesiredFromValues(r, c, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -102,5 +102,5 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 	case err != nil:
 		return nil, fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, c.Name, err)
 	}
-	return objs, controllers.PinClaimTemplates(objs, sts)
+	return objs, render.PinClaimTemplates(objs, sts)
 }

@@ -1,4 +1,4 @@
-package controllers
+package render
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -32,17 +33,28 @@ type ChartSourceError struct{ msg string }
 
 func (e *ChartSourceError) Error() string { return e.msg }
 
-func isChartSourceError(err error) bool {
+func IsChartSourceError(err error) bool {
 	var ce *ChartSourceError
 	return errors.As(err, &ce)
 }
 
-// chartSources caches the Renderers of charts read from ConfigMaps, by ConfigMap UID and
+// Sources caches the Renderers of charts read from ConfigMaps, by ConfigMap UID and
 // resourceVersion: an unchanged ConfigMap is not unpacked again, and renders stay cached.
 // An entry no pass asked for in chartSourceIdle is dropped (every cluster using it is looked
 // at more often than that), with the pulled archive only it used: the cache holds the
 // sources clusters use now, not every one they ever used.
-type chartSources struct {
+type Sources struct {
+	// Embedded renders clusters without spec.chart.source.
+	Embedded *charts.Renderer
+	// Reader reads chart ConfigMaps and pull Secrets, past the cache (the operator caches
+	// only the ConfigMaps it writes).
+	Reader client.Reader
+	// Discovery reads the cluster's version and API versions, which charts from
+	// spec.chart.source see as .Capabilities; Helm's defaults when nil.
+	Discovery discovery.DiscoveryInterface
+	// Recorder, when set, records a ChartPulled event on the cluster.
+	Recorder events.EventRecorder
+
 	mu      sync.Mutex
 	entries map[types.NamespacedName]chartSourceEntry
 	// now is the clock (tests); time.Now when nil.
@@ -70,7 +82,7 @@ type chartSourceEntry struct {
 	used     time.Time
 }
 
-func (s *chartSources) clock() time.Time {
+func (s *Sources) clock() time.Time {
 	if s.now != nil {
 		return s.now()
 	}
@@ -79,7 +91,7 @@ func (s *chartSources) clock() time.Time {
 
 // sweep is sweepLocked at most once a minute, on every pass: a source the last cluster using
 // it stopped using is dropped even when no other cluster asks for a chart source.
-func (s *chartSources) sweep() {
+func (s *Sources) sweep() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
@@ -92,7 +104,7 @@ func (s *chartSources) sweep() {
 
 // sweepLocked drops the entries not asked for in chartSourceIdle, and the pulled archives no
 // entry left was built from.
-func (s *chartSources) sweepLocked(now time.Time) {
+func (s *Sources) sweepLocked(now time.Time) {
 	for name, e := range s.entries {
 		if now.Sub(e.used) > chartSourceIdle {
 			delete(s.entries, name)
@@ -114,7 +126,7 @@ func (s *chartSources) sweepLocked(now time.Time) {
 
 // get returns the Renderer cached for name when it was built from key, else builds one with
 // the cluster's capabilities and caches it. A failed build is not cached.
-func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*charts.Capabilities, error), build func(*charts.Capabilities) (*charts.Renderer, error)) (*charts.Renderer, error) {
+func (s *Sources) get(name types.NamespacedName, key string, caps func() (*charts.Capabilities, error), build func(*charts.Capabilities) (*charts.Renderer, error)) (*charts.Renderer, error) {
 	cs, err := caps()
 	if err != nil {
 		return nil, err
@@ -144,31 +156,31 @@ func (s *chartSources) get(name types.NamespacedName, key string, caps func() (*
 	return rend, nil
 }
 
-// rendererFor returns the Renderer of c's chart: the operator's own unless spec.chart.source
+// For returns the Renderer of c's chart: the operator's own unless spec.chart.source
 // names a ConfigMap. The ConfigMap is read past the cache (the operator caches only the
 // ConfigMaps it writes); an unchanged one is not unpacked again.
-func (r *EtcdClusterReconciler) rendererFor(ctx context.Context, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
-	r.sources.sweep()
+func (s *Sources) For(ctx context.Context, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
+	s.sweep()
 	src := c.Spec.Chart.Source
 	if src == nil || (src.ConfigMap == nil && src.OCI == nil) {
-		return r.Renderer, nil
+		return s.Embedded, nil
 	}
 	if src.OCI != nil {
-		return r.ociRenderer(ctx, c)
+		return s.ociRenderer(ctx, c)
 	}
 	// Its metadata every pass (a chart may be near a MiB); all of it only when it changed.
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	name := types.NamespacedName{Namespace: c.Namespace, Name: src.ConfigMap.Name}
-	if err := r.apiReader().Get(ctx, name, meta); err != nil {
+	if err := s.Reader.Get(ctx, name, meta); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, configMapMissing(name, src.ConfigMap.Key)
 		}
 		return nil, fmt.Errorf("failed to get chart ConfigMap %s: %w", name, err)
 	}
 	built := fmt.Sprintf("%s@%s/%s", meta.UID, meta.ResourceVersion, src.ConfigMap.Key)
-	return r.sources.get(name, built, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
-		cm, key, err := chartConfigMap(ctx, r.apiReader(), c)
+	return s.get(name, built, s.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
+		cm, key, err := chartConfigMap(ctx, s.Reader, c)
 		if err != nil {
 			return nil, err
 		}
@@ -178,17 +190,16 @@ func (r *EtcdClusterReconciler) rendererFor(ctx context.Context, c *v1alpha1.Etc
 
 // ociRenderer pulls spec.chart.source.oci once per repository, version and pull Secret
 // version; a failed pull is tried again on the next pass.
-func (r *EtcdClusterReconciler) ociRenderer(ctx context.Context, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
+func (s *Sources) ociRenderer(ctx context.Context, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
 	o := c.Spec.Chart.Source.OCI
-	opts, secretVersion, err := ociOptions(ctx, r.apiReader(), c)
+	opts, secretVersion, err := ociOptions(ctx, s.Reader, c)
 	if err != nil {
 		return nil, err
 	}
 	key := fmt.Sprintf("%s:%s plain=%t secret=%s@%s", o.Repository, o.Version, o.PlainHTTP, o.PullSecret, secretVersion)
 	// By the whole key: clusters of a namespace on different versions keep one each.
 	name := types.NamespacedName{Namespace: c.Namespace, Name: "oci:" + key}
-	return r.sources.get(name, key, r.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
-		s := &r.sources
+	return s.get(name, key, s.capabilities, func(caps *charts.Capabilities) (*charts.Renderer, error) {
 		s.mu.Lock()
 		archive, ok := s.pulled[key]
 		s.mu.Unlock()
@@ -203,7 +214,9 @@ func (r *EtcdClusterReconciler) ociRenderer(ctx context.Context, c *v1alpha1.Etc
 			}
 			s.pulled[key] = archive
 			s.mu.Unlock()
-			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
+			if s.Recorder != nil {
+				s.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
+			}
 		}
 		return rendererWith(archive, caps)
 	})
@@ -365,17 +378,16 @@ func chartFromConfigMap(cm *corev1.ConfigMap, key string, caps *charts.Capabilit
 // capabilities reads the cluster's version and API versions for charts from a
 // spec.chart.source (the embedded chart does not depend on them), again after
 // capabilitiesTTL; a failed read is not kept. nil without Discovery.
-func (r *EtcdClusterReconciler) capabilities() (*charts.Capabilities, error) {
-	if r.Discovery == nil {
+func (s *Sources) capabilities() (*charts.Capabilities, error) {
+	if s.Discovery == nil {
 		return nil, nil
 	}
-	s := &r.sources
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.caps != nil && time.Since(s.capsAt) < capabilitiesTTL {
 		return s.caps, nil
 	}
-	caps, err := readCapabilities(r.Discovery)
+	caps, err := readCapabilities(s.Discovery)
 	if err != nil {
 		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source: %v (the chart sees them as .Capabilities)", err)}
 	}

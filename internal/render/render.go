@@ -1,4 +1,7 @@
-package controllers
+// Package render turns an EtcdCluster into the objects the operator applies: the chart source,
+// the render, the patches, the chart contract, and what the controllers need to know of the
+// rendered StatefulSet (Topology). It talks to no cluster except to read a chart source.
+package render
 
 import (
 	"crypto/tls"
@@ -21,6 +24,17 @@ import (
 )
 
 type unstructured = unstructuredv1.Unstructured
+
+// ClientTLSEnabled reports whether the cluster serves its client port over TLS.
+func ClientTLSEnabled(c *v1alpha1.EtcdCluster) bool {
+	return c.Spec.TLS != nil && c.Spec.TLS.Client != nil
+}
+
+// PeerURL is the peer URL a pod advertises, from the rendered StatefulSet's
+// --initial-advertise-peer-urls with $(POD_NAME) substituted.
+func (t Topology) PeerURL(pod string) string {
+	return strings.ReplaceAll(t.PeerURLTemplate, "$(POD_NAME)", pod)
+}
 
 // Desired returns exactly the objects the operator applies for c: the chart rendered with the
 // values computed from c for an operator running as op, each with c as its controlling owner when c has a UID (an object
@@ -65,11 +79,11 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 		l[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByValue
 		o.SetLabels(l)
 	}
-	if err := chartcontract.Check(objs, contractOf(c)); err != nil {
+	if err := chartcontract.Check(objs, ContractOf(c)); err != nil {
 		return nil, err
 	}
 	if c.UID != "" {
-		ref := clusterOwnerRef(c)
+		ref := OwnerRef(c)
 		for _, o := range objs {
 			o.SetOwnerReferences([]metav1.OwnerReference{ref})
 		}
@@ -82,8 +96,8 @@ func SelectorLabels(c *v1alpha1.EtcdCluster) map[string]string {
 	return map[string]string{"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": c.Name}
 }
 
-// contractOf is what every render for c must hold (see internal/chartcontract).
-func contractOf(c *v1alpha1.EtcdCluster) chartcontract.Contract {
+// ContractOf is what every render for c must hold (see internal/chartcontract).
+func ContractOf(c *v1alpha1.EtcdCluster) chartcontract.Contract {
 	k := chartcontract.Contract{
 		Name: c.Name, Namespace: c.Namespace, SelectorLabels: SelectorLabels(c),
 		MembershipConfigMap: values.MembershipConfigMapName(c.Name),
@@ -103,21 +117,21 @@ func contractOf(c *v1alpha1.EtcdCluster) chartcontract.Contract {
 	return k
 }
 
-// clusterOwnerRef makes c the controlling owner of an object: it goes when c is deleted.
-func clusterOwnerRef(c *v1alpha1.EtcdCluster) metav1.OwnerReference {
+// OwnerRef makes c the controlling owner of an object: it goes when c is deleted.
+func OwnerRef(c *v1alpha1.EtcdCluster) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion: v1alpha1.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 	}
 }
 
-// ownedSecretMeta is the metadata of a Secret the operator keeps for c: owned by c and
+// OwnedSecretMeta is the metadata of a Secret the operator keeps for c: owned by c and
 // labelled so the operator's cache (which holds only managed Secrets) sees it.
-func ownedSecretMeta(c *v1alpha1.EtcdCluster, name string) metav1.ObjectMeta {
+func OwnedSecretMeta(c *v1alpha1.EtcdCluster, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: name, Namespace: c.Namespace,
 		Labels:          map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
-		OwnerReferences: []metav1.OwnerReference{clusterOwnerRef(c)},
+		OwnerReferences: []metav1.OwnerReference{OwnerRef(c)},
 	}
 }
 
@@ -126,46 +140,46 @@ func InventorySelector(name string) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{v1alpha1.LabelCluster: name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 }
 
-// topology is what the controller needs to know of the rendered StatefulSet to find the
+// Topology is what the controller needs to know of the rendered StatefulSet to find the
 // members.
-type topology struct {
-	statefulSet string
-	service     string
-	namespace   string
-	clientPort  int32
-	selector    labels.Selector
-	// peerURLTemplate is the advertised peer URL with $(POD_NAME) in it.
-	peerURLTemplate string
-	// peerPort is the members' peer port; peerTransitionPort the port of the second peer
+type Topology struct {
+	StatefulSet string
+	Service     string
+	Namespace   string
+	ClientPort  int32
+	Selector    labels.Selector
+	// PeerURLTemplate is the advertised peer URL with $(POD_NAME) in it.
+	PeerURLTemplate string
+	// PeerPort is the members' peer port; PeerTransitionPort the port of the second peer
 	// listener of a switch between plain and TLS (the chart's default, the peer port + 2,
 	// when the render has none).
-	peerPort, peerTransitionPort int32
-	// clientScheme is http or https, from the advertised client URL.
-	clientScheme string
-	// domainSuffix is what follows a pod's name in its DNS name
+	PeerPort, PeerTransitionPort int32
+	// ClientScheme is http or https, from the advertised client URL.
+	ClientScheme string
+	// DomainSuffix is what follows a pod's name in its DNS name
 	// (<service>.<namespace>.svc.<cluster domain>); clusterDomain the last part of it.
-	domainSuffix  string
-	clusterDomain string
-	// clientService is the name of the client Service.
-	clientService string
-	// tls is what the operator dials the client port with (nil: plain HTTP), set by
+	DomainSuffix  string
+	ClusterDomain string
+	// ClientService is the name of the client Service.
+	ClientService string
+	// TLS is what the operator dials the client port with (nil: plain HTTP), set by
 	// reconcileTLS.
-	tls *tls.Config
+	TLS *tls.Config
 }
 
-// topologyOf reads the topology from the rendered StatefulSet, falling back to the chart's
+// TopologyOf reads the topology from the rendered StatefulSet, falling back to the chart's
 // default naming when nothing could be rendered.
-func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
-	t := topology{
-		statefulSet: c.Name, service: c.Name, namespace: c.Namespace, clientPort: 2379,
-		peerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
-		peerPort:        2380, peerTransitionPort: 2382,
-		selector:     labels.SelectorFromSet(SelectorLabels(c)),
-		clientScheme: "http", clientService: c.Name + "-client", clusterDomain: "cluster.local",
-		domainSuffix: fmt.Sprintf("%s.%s.svc.cluster.local", c.Name, c.Namespace),
+func TopologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) Topology {
+	t := Topology{
+		StatefulSet: c.Name, Service: c.Name, Namespace: c.Namespace, ClientPort: 2379,
+		PeerURLTemplate: fmt.Sprintf("http://$(POD_NAME).%s.%s.svc.cluster.local:2380", c.Name, c.Namespace),
+		PeerPort:        2380, PeerTransitionPort: 2382,
+		Selector:     labels.SelectorFromSet(SelectorLabels(c)),
+		ClientScheme: "http", ClientService: c.Name + "-client", ClusterDomain: "cluster.local",
+		DomainSuffix: fmt.Sprintf("%s.%s.svc.cluster.local", c.Name, c.Namespace),
 	}
-	if clientTLSEnabled(c) {
-		t.clientScheme = "https"
+	if ClientTLSEnabled(c) {
+		t.ClientScheme = "https"
 	}
 	// The client Service is <name>-client (the chart contract holds every render to it).
 	for _, o := range desired {
@@ -176,28 +190,27 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, sts); err != nil {
 			return t
 		}
-		t.statefulSet, t.service = sts.Name, sts.Spec.ServiceName
+		t.StatefulSet, t.Service = sts.Name, sts.Spec.ServiceName
 		if sts.Spec.Selector != nil {
 			if sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector); err == nil {
-				t.selector = sel
+				t.Selector = sel
 			}
 		}
 		for _, ctr := range sts.Spec.Template.Spec.Containers {
 			if ctr.Name != "etcd" {
 				continue // a sidecar's ports and flags are not etcd's
 			}
-			for _, a := range ctr.Args {
-				if v, ok := strings.CutPrefix(a, "--initial-advertise-peer-urls="); ok {
-					t.peerURLTemplate = strings.Split(v, ",")[0]
-				}
-				if v, ok := strings.CutPrefix(a, "--advertise-client-urls="); ok {
-					if u, err := url.Parse(strings.Split(v, ",")[0]); err == nil {
-						t.clientScheme = u.Scheme
-						if host, ok := strings.CutPrefix(u.Hostname(), "$(POD_NAME)."); ok {
-							t.domainSuffix = host
-							short := fmt.Sprintf("%s.%s.svc", sts.Spec.ServiceName, sts.Namespace)
-							t.clusterDomain = strings.TrimPrefix(strings.TrimPrefix(host, short), ".")
-						}
+			flags := chartcontract.ParseEtcdArgs(ctr.Command, ctr.Args)
+			if urls := flags.URLs("initial-advertise-peer-urls"); len(urls) > 0 {
+				t.PeerURLTemplate = urls[0]
+			}
+			if urls := flags.URLs("advertise-client-urls"); len(urls) > 0 {
+				if u, err := url.Parse(urls[0]); err == nil {
+					t.ClientScheme = u.Scheme
+					if host, ok := strings.CutPrefix(u.Hostname(), "$(POD_NAME)."); ok {
+						t.DomainSuffix = host
+						short := fmt.Sprintf("%s.%s.svc", sts.Spec.ServiceName, sts.Namespace)
+						t.ClusterDomain = strings.TrimPrefix(strings.TrimPrefix(host, short), ".")
 					}
 				}
 			}
@@ -205,28 +218,28 @@ func topologyOf(c *v1alpha1.EtcdCluster, desired []*unstructured) topology {
 			for _, p := range ctr.Ports {
 				switch p.Name {
 				case "client":
-					t.clientPort = p.ContainerPort
+					t.ClientPort = p.ContainerPort
 				case "peer":
-					t.peerPort = p.ContainerPort
+					t.PeerPort = p.ContainerPort
 				case "peer-transition":
 					transition = p.ContainerPort
 				}
 			}
-			t.peerTransitionPort = t.peerPort + 2
+			t.PeerTransitionPort = t.PeerPort + 2
 			if transition != 0 {
-				t.peerTransitionPort = transition
+				t.PeerTransitionPort = transition
 			}
 		}
 	}
 	return t
 }
 
-// endpoint is the client URL of a member pod, by its stable DNS name.
-func (t topology) endpoint(pod string) string {
-	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", t.clientScheme, pod, t.service, t.namespace, t.clientPort)
+// Endpoint is the client URL of a member pod, by its stable DNS name.
+func (t Topology) Endpoint(pod string) string {
+	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", t.ClientScheme, pod, t.Service, t.Namespace, t.ClientPort)
 }
 
-func specReplicas(c *v1alpha1.EtcdCluster) int32 {
+func SpecReplicas(c *v1alpha1.EtcdCluster) int32 {
 	if c.Spec.Replicas != nil {
 		return *c.Spec.Replicas
 	}

@@ -1,5 +1,5 @@
 // Package fuzz holds fuzz targets over the whole spec → values → render → patches → contract
-// path (controllers.Desired). It is a package of its own because the controllers package's
+// path (render.Desired). It is a package of its own because the controllers package's
 // tests start a kube-apiserver in TestMain, which every fuzz worker would run again.
 package fuzz
 
@@ -19,7 +19,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -113,7 +113,7 @@ func FuzzDesiredFromJSON(f *testing.F) {
 			return
 		}
 		c := cluster(spec)
-		objs, err := controllers.Desired(embedded(t), c, values.DefaultOperator())
+		objs, err := render.Desired(embedded(t), c, values.DefaultOperator())
 		if err != nil {
 			checkClearError(t, err)
 			return
@@ -179,7 +179,7 @@ func FuzzDesiredAdmissible(f *testing.F) {
 			}
 		}
 		c := cluster(spec)
-		objs, err := controllers.Desired(embedded(t), c, values.DefaultOperator())
+		objs, err := render.Desired(embedded(t), c, values.DefaultOperator())
 		if err != nil {
 			var ve *values.VersionError
 			if errors.As(err, &ve) {

@@ -1,4 +1,4 @@
-package controllers
+package render
 
 import (
 	"encoding/base64"
@@ -39,7 +39,7 @@ func TestDockerConfigLogin(t *testing.T) {
 // again when a cluster asks for it.
 func TestChartSourcesDropWhatNoClusterUses(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	s := &chartSources{now: func() time.Time { return now }}
+	s := &Sources{now: func() time.Time { return now }}
 	caps := func() (*charts.Capabilities, error) { return nil, nil }
 	builds := 0
 	build := func(*charts.Capabilities) (*charts.Renderer, error) { builds++; return &charts.Renderer{}, nil }
