@@ -40,7 +40,7 @@ func TestBackupSourceWaitsForTheCommittedIndex(t *testing.T) {
 	ctx := context.Background()
 	f := backupFake([3]uint64{95, 90, 99})
 	r := &EtcdBackupReconciler{DialEtcd: etcd.FakeDialer(f), EtcdTimeout: time.Second}
-	start := observe(t, f)
+	start := observeFake(t, f)
 	if _, _, behind := backupplan.PickSource(*start, 0); !behind {
 		t.Fatal("PickSource does not say that waiting may help")
 	}
@@ -66,7 +66,7 @@ func TestBackupSourceWaitsForTheCommittedIndex(t *testing.T) {
 	f = backupFake([3]uint64{95, 90, 99})
 	r.DialEtcd = etcd.FakeDialer(f)
 	began := time.Now()
-	src, why = r.awaitApplied(ctx, *observe(t, f), nil)
+	src, why = r.awaitApplied(ctx, *observeFake(t, f), nil)
 	if src.Member.Name != "" || !strings.Contains(why, "etcd-2 applied up to index 99, short of the leader's committed index 100") ||
 		!strings.Contains(why, "after waiting up to") {
 		t.Fatalf("nobody catches up: got %s, why %q", src.Member.Name, why)

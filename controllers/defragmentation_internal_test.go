@@ -45,7 +45,7 @@ func defragFixture(t *testing.T) (*EtcdClusterReconciler, *etcd.Fake, *v1alpha1.
 }
 
 // observe reads the fake as a pass would.
-func observe(t *testing.T, f *etcd.Fake) *etcd.Observed {
+func observeFake(t *testing.T, f *etcd.Fake) *etcd.Observed {
 	t.Helper()
 	ctx := context.Background()
 	cl, _ := f.MemberList(ctx)
@@ -84,7 +84,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	// The call outlives its client deadline: etcd goes on defragmenting.
 	f.ErrDefragment = map[string]error{ep1: context.DeadlineExceeded}
 	stale := c.DeepCopy()
-	if err := r.act(ctx, c, render.Topology{}, membership.Observation{Etcd: observe(t, f)}, step); err == nil {
+	if err := r.act(ctx, c, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, step); err == nil {
 		t.Fatal("a defragmentation past its deadline is no error")
 	}
 	raw, ok := storedRecord(t, r, c)
@@ -108,11 +108,11 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 		}
 	})
 	got := getFresh(t, r, c)
-	d, why, err := r.defragmentation(ctx, got, observe(t, f))
+	d, why, err := r.defragmentation(ctx, got, observeFake(t, f))
 	if err != nil || d == nil || !strings.Contains(why, "applied index stays at 1000 while the leader committed 1200") {
 		t.Fatalf("a frozen member's record: %+v %q %v", d, why, err)
 	}
-	mo := membership.Observation{Etcd: observe(t, f), StatefulSet: "etcd", Desired: 3, StsReplicas: 3, Bootstrapped: true, LearnerMaxLag: learnerMaxLag}
+	mo := membership.Observation{Etcd: observeFake(t, f), StatefulSet: "etcd", Desired: 3, StsReplicas: 3, Bootstrapped: true, LearnerMaxLag: learnerMaxLag}
 	for k := int32(0); k < 3; k++ {
 		mo.Pods = append(mo.Pods, plan.Pod{Name: fmt.Sprintf("etcd-%d", k), Ordinal: k, Exists: true, Running: true, Ready: true, NodeReady: true, PVCExists: true})
 	}
@@ -130,7 +130,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	// A second operator replica deciding from a stale read stores nothing and calls nothing.
 	f.ErrDefragment = nil
 	calls := f.CallCount("Defragment")
-	if err := r.act(ctx, stale, render.Topology{}, membership.Observation{Etcd: observe(t, f)}, plan.Step{Kind: plan.Defragment, Member: "etcd-2", ID: 3,
+	if err := r.act(ctx, stale, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, plan.Step{Kind: plan.Defragment, Member: "etcd-2", ID: 3,
 		Reason: v1alpha1.ReasonDefragmenting}); !apierrors.IsConflict(err) {
 		t.Fatalf("a defragmentation decided from a stale read: %v, want a conflict", err)
 	}
@@ -145,7 +145,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 		sts[ep1] = st
 	})
 	got = getFresh(t, r, c)
-	if d, why, err := r.defragmentation(ctx, got, observe(t, f)); err != nil || d != nil || why != "" {
+	if d, why, err := r.defragmentation(ctx, got, observeFake(t, f)); err != nil || d != nil || why != "" {
 		t.Fatalf("a member that applies again: %+v %q %v", d, why, err)
 	}
 	if raw, ok := storedRecord(t, r, c); ok {
@@ -154,7 +154,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 
 	// A call that returns successfully removes its own record.
 	got = getFresh(t, r, c)
-	if err := r.act(ctx, got, render.Topology{}, membership.Observation{Etcd: observe(t, f)}, step); err != nil {
+	if err := r.act(ctx, got, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, step); err != nil {
 		t.Fatal(err)
 	}
 	if raw, ok := storedRecord(t, r, c); ok {

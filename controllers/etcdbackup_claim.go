@@ -101,7 +101,7 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 		return reconcile.Result{}, fmt.Errorf("failed to get the claim %s/%s: %w", b.Namespace, d.ClaimName, err)
 	}
 	src, _, why, err := r.source(ctx, c)
-	if isTLSError(err) {
+	if render.IsTLSError(err) {
 		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, err.Error())
 	}
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -151,7 +152,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 	}
 
 	src, tlsCfg, why, err := r.source(ctx, c)
-	if isTLSError(err) {
+	if render.IsTLSError(err) {
 		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, err.Error())
 	}
 	if err != nil {
@@ -236,20 +237,20 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	t.ClientScheme = sw.decision.Dial
 	t.TLS = dialTLS(ctx, r.Client, c, t.ClientScheme, t.TLS)
-	o := observation{}
-	if err := observeMembers(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
+	o := observe.Observation{}
+	if err := observe.Members(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
 		return backupplan.Source{}, nil, "", err
 	}
-	if o.etcd == nil {
+	if o.Etcd == nil {
 		why := "no member of the cluster answered with a member list"
-		if o.etcdErr != nil {
-			why += ": " + o.etcdErr.Error()
+		if o.EtcdErr != nil {
+			why += ": " + o.EtcdErr.Error()
 		}
 		return backupplan.Source{}, nil, why, nil
 	}
-	src, why, behind := backupplan.PickSource(*o.etcd, 0)
+	src, why, behind := backupplan.PickSource(*o.Etcd, 0)
 	if behind {
-		src, why = r.awaitApplied(ctx, *o.etcd, t.TLS)
+		src, why = r.awaitApplied(ctx, *o.Etcd, t.TLS)
 	}
 	return src, t.TLS, why, nil
 }

@@ -3,37 +3,20 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
-	"crypto/x509"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	authplan "github.com/etcd-pilot/etcd-pilot/internal/plan/auth"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
-
-// operatorUser is the etcd user the operator authenticates as: the common name of the client
-// certificate it presents ("" without one).
-func operatorUser(t render.Topology) string {
-	if t.TLS == nil || len(t.TLS.Certificates) == 0 || len(t.TLS.Certificates[0].Certificate) == 0 {
-		return ""
-	}
-	leaf, err := x509.ParseCertificate(t.TLS.Certificates[0].Certificate[0])
-	if err != nil {
-		return ""
-	}
-	return leaf.Subject.CommonName
-}
 
 // authStep asks the authentication planner when membership, the rollout and maintenance have
 // nothing to do (a is None) and spec.auth is set. It reads etcd's authentication state with
@@ -42,7 +25,7 @@ func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCl
 	if c.Spec.Auth == nil || e == nil || a.Kind != plan.None {
 		return a, nil
 	}
-	user := operatorUser(t)
+	user := observe.OperatorUser(t)
 	if user == "" && !c.Spec.Auth.Enabled {
 		return a, nil
 	}
@@ -59,7 +42,7 @@ func (r *EtcdClusterReconciler) authStep(ctx context.Context, c *v1alpha1.EtcdCl
 	defer cancel()
 	st, err := cl.Auth(actx, []string{authplan.RootUser, user})
 	if err != nil {
-		if authRefused(err) {
+		if etcd.AuthRefused(err) {
 			// Auth is on and the operator is not a user etcd knows, or not allowed to read
 			// users: the planner says how to fix it.
 			st = etcd.AuthState{Enabled: true, Roles: map[string][]string{}}
@@ -149,19 +132,4 @@ func (r *EtcdClusterReconciler) rootPassword(ctx context.Context, c *v1alpha1.Et
 	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.ReasonEnablingAuth, "CreateSecret", "Generated the password of etcd's root user into Secret %s", name)
 	return password, nil
-}
-
-// authRefused reports whether etcd refused the operator as a user: none (no client
-// certificate, so "user name is empty"), unknown, not allowed, or a token etcd does not take.
-func authRefused(err error) bool {
-	if err == nil {
-		return false
-	}
-	for _, e := range []error{rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound, rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed,
-		rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision} {
-		if errors.Is(err, e) || strings.Contains(err.Error(), rpctypes.ErrorDesc(e)) {
-			return true
-		}
-	}
-	return false
 }

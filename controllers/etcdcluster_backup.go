@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
@@ -63,12 +64,12 @@ func records(bs []v1alpha1.EtcdBackup) []backupplan.Record {
 // due, lets retention delete what it may (object first, then the EtcdBackup, so a crash in
 // between deletes the object again, which is harmless), and fills status.backup and the
 // BackupReady condition. It returns when the schedule next needs a pass (0 for none).
-func (r *EtcdClusterReconciler) reconcileBackups(ctx context.Context, c *v1alpha1.EtcdCluster, o *observation) (time.Duration, error) {
+func (r *EtcdClusterReconciler) reconcileBackups(ctx context.Context, c *v1alpha1.EtcdCluster, o *observe.Observation) (time.Duration, error) {
 	bs, err := r.clusterBackups(ctx, c)
 	if err != nil {
 		return 0, err
 	}
-	o.backups = bs
+	o.Backups = bs
 	setLastBackup(c, bs)
 	spec := c.Spec.Backup
 	if spec == nil {
@@ -83,11 +84,11 @@ func (r *EtcdClusterReconciler) reconcileBackups(ctx context.Context, c *v1alpha
 	}
 	sched, err := backupplan.ParseSchedule(spec.Schedule, spec.TimeZone)
 	if err != nil {
-		o.backupCond = &metav1.Condition{Type: v1alpha1.ConditionBackupReady, Status: metav1.ConditionFalse,
+		o.BackupCond = &metav1.Condition{Type: v1alpha1.ConditionBackupReady, Status: metav1.ConditionFalse,
 			Reason: v1alpha1.ReasonInvalidSchedule, Message: err.Error() + "; fix spec.backup"}
 		return 0, nil
 	}
-	now := o.now
+	now := o.Now
 	next := sched.Next(now)
 	c.Status.Backup.NextScheduleTime = &metav1.Time{Time: next}
 	if !spec.Suspend {
@@ -105,7 +106,7 @@ func (r *EtcdClusterReconciler) reconcileBackups(ctx context.Context, c *v1alpha
 	if err := r.retain(ctx, c, bs, now); err != nil {
 		return 0, err
 	}
-	o.backupCond = backupCondition(spec, sched, bs, now)
+	o.BackupCond = backupCondition(spec, sched, bs, now)
 	return next.Sub(now), nil
 }
 
@@ -272,7 +273,7 @@ func completeMessage(b *v1alpha1.EtcdBackup) string {
 // beforeUpgrade holds a rollout step that disrupts a member until the backup taken before a
 // minor-version upgrade succeeded, when spec.backup is set. It returns the step to take
 // instead (a wait), or s unchanged.
-func (r *EtcdClusterReconciler) beforeUpgrade(ctx context.Context, c *v1alpha1.EtcdCluster, o *observation, s plan.Step, stepVersion, running string) (plan.Step, error) {
+func (r *EtcdClusterReconciler) beforeUpgrade(ctx context.Context, c *v1alpha1.EtcdCluster, o *observe.Observation, s plan.Step, stepVersion, running string) (plan.Step, error) {
 	if c.Spec.Backup == nil || s.Kind == plan.None || s.Kind == plan.Wait || running == "" || stepVersion == "" {
 		return s, nil
 	}
@@ -280,9 +281,9 @@ func (r *EtcdClusterReconciler) beforeUpgrade(ctx context.Context, c *v1alpha1.E
 		return s, nil
 	}
 	var found *v1alpha1.EtcdBackup
-	for i := range o.backups {
-		if o.backups[i].Labels[v1alpha1.LabelBackupBeforeUpgrade] == stepVersion {
-			found = &o.backups[i]
+	for i := range o.Backups {
+		if o.Backups[i].Labels[v1alpha1.LabelBackupBeforeUpgrade] == stepVersion {
+			found = &o.Backups[i]
 		}
 	}
 	name := fmt.Sprintf("%s-before-%s", c.Name, strings.ReplaceAll(stepVersion, ".", "-"))

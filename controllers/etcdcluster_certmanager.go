@@ -172,7 +172,7 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 	}
 	if _, err := r.Client.RESTMapper().RESTMapping(CertificateGVK.GroupKind(), CertificateGVK.Version); err != nil {
 		if meta.IsNoMatchError(err) {
-			return nil, nil, &TLSError{Msg: fmt.Sprintf("tls source CertManager needs cert-manager, and the API server does not know its Certificate kind (%s): install cert-manager (its CRDs and controller), or use tls source Operator or Secret", CertificateGVK.GroupVersion())}
+			return nil, nil, &render.TLSError{Msg: fmt.Sprintf("tls source CertManager needs cert-manager, and the API server does not know its Certificate kind (%s): install cert-manager (its CRDs and controller), or use tls source Operator or Secret", CertificateGVK.GroupVersion())}
 		}
 		return nil, nil, fmt.Errorf("failed to look up the kind %s: %w", CertificateGVK, err)
 	}
@@ -211,7 +211,7 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 		}
 	}
 	if len(problems) > 0 {
-		return nil, nil, &TLSError{Msg: strings.Join(problems, "; "), Waits: waits}
+		return nil, nil, &render.TLSError{Msg: strings.Join(problems, "; "), Waits: waits}
 	}
 	return material, expiries, nil
 }
@@ -234,7 +234,7 @@ func (r *EtcdClusterReconciler) applyCertificate(ctx context.Context, c *v1alpha
 		return nil, fmt.Errorf("failed to get Certificate %s/%s: %w", desired.GetNamespace(), desired.GetName(), err)
 	}
 	if !metav1.IsControlledBy(live, c) {
-		return nil, &TLSError{Msg: fmt.Sprintf("Certificate %s/%s exists and is not this cluster's: the operator keeps this name for the cluster's certificates and does not change it; rename or delete that Certificate", live.GetNamespace(), live.GetName())}
+		return nil, &render.TLSError{Msg: fmt.Sprintf("Certificate %s/%s exists and is not this cluster's: the operator keeps this name for the cluster's certificates and does not change it; rename or delete that Certificate", live.GetNamespace(), live.GetName())}
 	}
 	if apply.Contains(live.Object, desired.Object, nil) {
 		return live, nil

@@ -230,7 +230,7 @@ func TestCertManagerNotInstalled(t *testing.T) {
 	r := &EtcdClusterReconciler{Client: cl, Scheme: s, Recorder: events.NewFakeRecorder(10)}
 	c := certManagerCluster(nil)
 	_, _, err := r.reconcileCertManager(context.Background(), c, render.TopologyOf(c, nil), time.Now())
-	if !isTLSError(err) || !strings.Contains(err.Error(), "install cert-manager") {
+	if !render.IsTLSError(err) || !strings.Contains(err.Error(), "install cert-manager") {
 		t.Fatalf("error %v, want a TLSError saying to install cert-manager", err)
 	}
 	// No side from cert-manager: nothing is looked up at all.

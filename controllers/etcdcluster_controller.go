@@ -41,10 +41,12 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/tlsswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/status"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
@@ -237,11 +239,11 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 		}
 		return fmt.Errorf("failed to patch status of EtcdCluster %s/%s: %w", after.Namespace, after.Name, err)
 	}
-	for _, t := range conditionTransitions(before.Status.Conditions, after.Status.Conditions) {
+	for _, t := range status.Transitions(before.Status.Conditions, after.Status.Conditions) {
 		// The condition's type is the action: the recorder merges events with the same type,
 		// reason and action into one series with the first one's note (see memberPod), and
 		// Stalled shares Degraded's reason.
-		r.Recorder.Eventf(after, nil, t.eventType, t.cond.Reason, t.cond.Type, "%s is %s: %s", t.cond.Type, t.cond.Status, t.cond.Message)
+		r.Recorder.Eventf(after, nil, t.EventType, t.Cond.Reason, t.Cond.Type, "%s is %s: %s", t.Cond.Type, t.Cond.Status, t.Cond.Message)
 	}
 	if n := after.Status.LeaderChanges - before.Status.LeaderChanges; n > 0 {
 		countLeaderChanges(after, n)
@@ -255,11 +257,11 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 // status. An invalid spec is reported in conditions and is not retried until it changes.
 func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
-	obs := observation{cluster: c.Name, generation: c.Generation, paused: c.Spec.Paused, wasAvailable: wasAvailable(c), now: time.Now()}
-	_, obs.targetVersion = versionTargets(c)
-	obs.snapshotCount = snapshotCount(c)
-	obs.specReplicas = render.SpecReplicas(c)
-	obs.ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
+	obs := observe.Observation{Cluster: c.Name, Generation: c.Generation, Paused: c.Spec.Paused, WasAvailable: status.WasAvailable(c), Now: time.Now()}
+	_, obs.TargetVersion = versionTargets(c)
+	obs.SnapshotCount = snapshotCount(c)
+	obs.SpecReplicas = render.SpecReplicas(c)
+	obs.Ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 
 	renderer, specErr := r.sources.For(ctx, c)
 	var desired []*unstructured
@@ -268,15 +270,15 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	} else if !render.IsChartSourceError(specErr) {
 		return ctrl.Result{}, specErr
 	}
-	obs.specErr = specErr
+	obs.SpecErr = specErr
 
 	topo := render.TopologyOf(c, desired)
 	if specErr == nil && !c.Spec.Paused {
 		// Certificates first: the members mount them, and the operator dials with its own.
 		cfg, err := r.reconcileTLS(ctx, c, topo)
 		switch {
-		case isTLSError(err):
-			specErr, obs.specErr = err, err
+		case render.IsTLSError(err):
+			specErr, obs.SpecErr = err, err
 			if render.ClientTLSEnabled(c) {
 				// Status is still read from etcd, with the client certificate there is.
 				cfg, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
@@ -285,7 +287,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			return ctrl.Result{}, err
 		}
 		topo.TLS = cfg
-		obs.caRotation = c.Status.CARotation
+		obs.CaRotation = c.Status.CARotation
 	} else if render.ClientTLSEnabled(c) {
 		// Paused, or a spec that cannot be rendered: no certificate is issued, but status is
 		// still read from etcd with the certificate there is.
@@ -311,7 +313,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	phase.Peer = ps.phase()
 	if specErr == nil && (phase.Client != "" || phase.Peer != nil) {
 		desired, specErr = render.DesiredAt(renderer, c, r.Operator, phase)
-		obs.specErr = specErr
+		obs.SpecErr = specErr
 		if specErr == nil {
 			// Members started on this render advertise the phase's peer URL.
 			at := render.TopologyOf(c, desired)
@@ -331,14 +333,15 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	c.Status.TLSTransition = nil
 	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
 		c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{Client: st}
-		obs.clientSwitch, obs.clientSwitchHeld = st.Message, sw.decision.HeldForAuth
+		obs.ClientSwitch, obs.ClientSwitchHeld = st.Message, sw.decision.HeldForAuth
 	}
+	var peerRuns *peerSwitch // the peer switch, when one runs
 	if st := ps.status(); st != nil {
 		if c.Status.TLSTransition == nil {
 			c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{}
 		}
 		c.Status.TLSTransition.Peer = st
-		obs.peerSwitch = &ps
+		obs.PeerSwitch, peerRuns = &ps.decision, &ps
 	}
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {
@@ -346,9 +349,9 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		if applyErr == nil {
 			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c))
 		}
-		obs.applyErr = applyErr
+		obs.ApplyErr = applyErr
 		if applyErr == nil && !holdStatefulSet(c) {
-			obs.stsApplied = appliedHash(desired, "StatefulSet", topo.StatefulSet)
+			obs.StsApplied = appliedHash(desired, "StatefulSet", topo.StatefulSet)
 		}
 	}
 
@@ -358,35 +361,35 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	backupNext, backupErr := r.reconcileBackups(ctx, c, &obs)
 	var memberErr error
 	restoring := false
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && (obs.authRefused == nil || restore.Active(c.Status.Restore)) {
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && (obs.AuthRefused == nil || restore.Active(c.Status.Restore)) {
 		// A restore (spec.bootstrap, or disaster recovery) goes first; membership, rollout and
 		// maintenance wait while one is wanted or under way. etcd refusing the operator as a
 		// user answered it: that is no lost quorum, and nothing to start a restore over (one
 		// under way goes on).
 		a, err := r.reconcileRestore(ctx, c, topo, &obs, desired)
 		if a.Kind != plan.None || err != nil {
-			obs.membership, memberErr, restoring = &a, err, true
+			obs.Membership, memberErr, restoring = &a, err, true
 		}
 	}
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.sts != nil && backupErr == nil && !restoring {
-		a, err := r.reconcileMembership(ctx, c, topo, &obs)
-		obs.membership, memberErr = &a, err
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && obs.StatefulSet != nil && backupErr == nil && !restoring {
+		a, err := r.reconcileMembership(ctx, c, topo, &obs, peerRuns)
+		obs.Membership, memberErr = &a, err
 		switch {
-		case err != nil && authRefused(err):
+		case err != nil && etcd.AuthRefused(err):
 			// etcd refuses the operator the step as a user: no retry changes that; say why
 			// and how to fix it, and look again later.
-			obs.authRefused, memberErr = err, nil
-			obs.membership = &plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonAuthLockedOut, Message: authLockoutMessage(obs)}
+			obs.AuthRefused, memberErr = err, nil
+			obs.Membership = &plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonAuthLockedOut, Message: status.AuthLockoutMessage(obs)}
 		case err == nil && (a.Kind == plan.EnableAuth || a.Kind == plan.DisableAuth):
 			// What etcd says after the step, for admission (status.authEnabled).
-			obs.auth = &etcd.AuthState{Enabled: a.Kind == plan.EnableAuth}
+			obs.Auth = &etcd.AuthState{Enabled: a.Kind == plan.EnableAuth}
 		}
 	}
-	setStatus(c, obs, topo)
+	status.Set(c, obs, topo)
 	recordObservedMetrics(c, obs, backupErr)
 
 	switch {
-	case applyErr != nil && !applyStalls(applyErr):
+	case applyErr != nil && !status.ApplyStalls(applyErr):
 		return ctrl.Result{}, applyErr
 	case memberErr != nil && etcdRefusesForNow(memberErr):
 		// Not a failure to back off from: etcd's leader accepts a membership change only once
@@ -411,7 +414,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		// starts a pass; a policy, quota or permission fixed meanwhile is seen on the next look.
 		logger.Info("the API server refuses a rendered object; looking again in a while", "error", applyErr.Error())
 		return ctrl.Result{RequeueAfter: RequeueSettled}, nil
-	case isTLSError(specErr):
+	case render.IsTLSError(specErr):
 		// The user's Secrets are not watched: look again after a while.
 		logger.Info("TLS is not ready; looking again", "error", specErr.Error())
 		return ctrl.Result{RequeueAfter: userSecretRecheck}, nil
@@ -423,15 +426,15 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		logger.Info("spec cannot be rendered; waiting for it to change", "error", specErr.Error())
 		return ctrl.Result{}, nil
 	}
-	if a := obs.membership; a != nil && a.Kind != plan.None && a.Kind != plan.Wait {
+	if a := obs.Membership; a != nil && a.Kind != plan.None && a.Kind != plan.Wait {
 		return ctrl.Result{RequeueAfter: requeueMembership}, nil
 	}
 	next := RequeueSettled
-	if isTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
+	if status.IsTrue(c.Status.Conditions, v1alpha1.ConditionProgressing) {
 		next = RequeueProgressing
 	}
-	if a := obs.membership; a != nil && a.Kind == plan.Wait {
-		if v1alpha1.ReasonEffects[a.Reason] == v1alpha1.EffectWaits || !isTrue(c.Status.Conditions, v1alpha1.ConditionAvailable) {
+	if a := obs.Membership; a != nil && a.Kind == plan.Wait {
+		if v1alpha1.ReasonEffects[a.Reason] == v1alpha1.EffectWaits || !status.IsTrue(c.Status.Conditions, v1alpha1.ConditionAvailable) {
 			// A learner starting or catching up, members answering for the first time after
 			// the cluster formed, or a quorum coming back: all show up in etcd, not as a
 			// Kubernetes event.
@@ -692,14 +695,14 @@ func (r *EtcdClusterReconciler) clustersOfBackup(ctx context.Context, o client.O
 
 // noMemberSchedulable reports whether every member pod the StatefulSet should have exists and
 // the scheduler reports each as unschedulable (PodScheduled False), none bound to a node.
-func noMemberSchedulable(obs observation) bool {
-	if obs.pods == nil || obs.sts == nil || len(obs.pods.Items) == 0 {
+func noMemberSchedulable(obs observe.Observation) bool {
+	if obs.Pods == nil || obs.StatefulSet == nil || len(obs.Pods.Items) == 0 {
 		return false
 	}
-	if obs.sts.Spec.Replicas != nil && int32(len(obs.pods.Items)) < *obs.sts.Spec.Replicas {
+	if obs.StatefulSet.Spec.Replicas != nil && int32(len(obs.Pods.Items)) < *obs.StatefulSet.Spec.Replicas {
 		return false
 	}
-	for _, p := range obs.pods.Items {
+	for _, p := range obs.Pods.Items {
 		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 			return false
 		}
@@ -721,4 +724,15 @@ func noMemberSchedulable(obs observation) bool {
 // for long enough) from a failure.
 func etcdRefusesForNow(err error) bool {
 	return errors.Is(err, rpctypes.ErrUnhealthy) || strings.Contains(err.Error(), rpctypes.ErrorDesc(rpctypes.ErrUnhealthy))
+}
+
+// observe reads the StatefulSet from the cache and asks etcd, every pass, at the client URL of
+// every member pod whose etcd container runs and has started (passed its startup probe),
+// ready or not: a pod's readiness lags behind etcd, and a total outage must show in the
+// status at once. A container that does not run, or whose listeners are not up yet, cannot
+// answer, and asking it would only hold the pass for the call's timeout. When no
+// member can read the member list (quorum lost, or still forming), it counts the members
+// that answer a status call.
+func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation) error {
+	return observe.Members(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, o)
 }

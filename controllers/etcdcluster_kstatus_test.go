@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	clusterstatus "github.com/etcd-pilot/etcd-pilot/internal/status"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +19,10 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -43,11 +47,11 @@ func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *s
 // clusterAfterPass is an EtcdCluster at generation 2 after a pass over o. observed says
 // whether the pass finished (observedGeneration 2) or a pass for generation 1 is the last
 // that did.
-func clusterAfterPass(o observation, observed bool, paused bool) *v1alpha1.EtcdCluster {
+func clusterAfterPass(o observe.Observation, observed bool, paused bool) *v1alpha1.EtcdCluster {
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 2}}
 	c.Spec.Paused = paused
-	o.generation, o.paused = 2, paused
-	setStatus(c, o, render.Topology{Selector: labels.Everything()})
+	o.Generation, o.Paused = 2, paused
+	clusterstatus.Set(c, o, render.Topology{Selector: labels.Everything()})
 	c.Status.ObservedGeneration = 1
 	if observed {
 		c.Status.ObservedGeneration = 2
@@ -60,18 +64,18 @@ var clusterGVK = v1alpha1.GroupVersion.WithKind("EtcdCluster")
 // TestKstatusReadsTheClusterAsTheOperatorMeansIt runs kstatus itself on statuses the operator
 // writes.
 func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
-	healthy := func() observation {
-		return observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, etcd: cluster(3, 1, nil, nil)}
+	healthy := func() observe.Observation {
+		return observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: stsOf(3, 3, 3), EtcdAsked: true, Etcd: etcdOf(3, 1, nil, nil)}
 	}
-	with := func(f func(*observation)) observation { o := healthy(); f(&o); return o }
-	step := func(kind plan.Kind, reason, msg string) func(*observation) {
-		return func(o *observation) { o.membership = &plan.Step{Kind: kind, Reason: reason, Message: msg} }
+	with := func(f func(*observe.Observation)) observe.Observation { o := healthy(); f(&o); return o }
+	step := func(kind plan.Kind, reason, msg string) func(*observe.Observation) {
+		return func(o *observe.Observation) { o.Membership = &plan.Step{Kind: kind, Reason: reason, Message: msg} }
 	}
 	invalid := errors.New(`spec.chart.values: terminationGracePeriodSeconds must be at least 1`)
 	gr := schema.GroupResource{Group: "apps", Resource: "statefulsets"}
 	tests := []struct {
 		name     string
-		o        observation
+		o        observe.Observation
 		observed bool // observedGeneration == generation
 		paused   bool
 		deleting bool
@@ -82,9 +86,9 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 	}{
 		{name: "available and done", o: healthy(), observed: true, want: status.CurrentStatus},
 		{name: "generation bumped, not observed yet", o: healthy(), want: status.InProgressStatus, reason: "LatestGenerationNotObserved"},
-		{name: "just created, nothing applied yet", o: observation{specReplicas: 3}, observed: true,
+		{name: "just created, nothing applied yet", o: observe.Observation{SpecReplicas: 3}, observed: true,
 			want: status.InProgressStatus, reason: v1alpha1.ReasonCreating},
-		{name: "members forming", o: observation{specReplicas: 3, sts: sts(3, 1, 3), etcdAsked: true}, observed: true,
+		{name: "members forming", o: observe.Observation{SpecReplicas: 3, StatefulSet: stsOf(3, 1, 3), EtcdAsked: true}, observed: true,
 			want: status.InProgressStatus, reason: v1alpha1.ReasonCreating},
 		{name: "mid-upgrade: a member restarting onto the new template", observed: true,
 			o:    with(step(plan.Wait, v1alpha1.ReasonMemberRestarting, "member etcd-1 restarted on the new pod template and is not back yet")),
@@ -96,46 +100,48 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 			o:    with(step(plan.Wait, v1alpha1.ReasonLearnerCatchingUp, "learner etcd-3 is catching up")),
 			want: status.InProgressStatus, reason: v1alpha1.ReasonLearnerCatchingUp},
 		{name: "peer TLS switch", observed: true,
-			o: with(func(o *observation) {
-				o.peerSwitch = &peerSwitch{}
-				o.peerSwitch.decision.Message = "restarting the members onto the transition listener"
+			o: with(func(o *observe.Observation) {
+				o.PeerSwitch = &peerswitch.Decision{}
+				o.PeerSwitch.Message = "restarting the members onto the transition listener"
 			}),
 			want: status.InProgressStatus, reason: v1alpha1.ReasonSwitchingPeerTLS},
-		{name: "a member down: the operator waits for it", o: with(func(o *observation) { o.etcd = cluster(3, 1, []uint64{3}, nil) }), observed: true,
+		{name: "a member down: the operator waits for it", o: with(func(o *observe.Observation) { o.Etcd = etcdOf(3, 1, []uint64{3}, nil) }), observed: true,
 			want: status.InProgressStatus, reason: v1alpha1.ReasonMembersUnhealthy},
 		{name: "quorum lost: members may come back", observed: true,
-			o:    with(func(o *observation) { o.etcd, o.etcdErr, o.reached = nil, errors.New("context deadline exceeded"), 1 }),
+			o: with(func(o *observe.Observation) {
+				o.Etcd, o.EtcdErr, o.Reached = nil, errors.New("context deadline exceeded"), 1
+			}),
 			want: status.InProgressStatus, reason: v1alpha1.ReasonQuorumLost},
-		{name: "invalid spec", o: with(func(o *observation) { o.specErr = invalid }), observed: true,
+		{name: "invalid spec", o: with(func(o *observe.Observation) { o.SpecErr = invalid }), observed: true,
 			want: status.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
-		{name: "invalid spec, paused", o: with(func(o *observation) { o.specErr = invalid }), observed: true, paused: true,
+		{name: "invalid spec, paused", o: with(func(o *observe.Observation) { o.SpecErr = invalid }), observed: true, paused: true,
 			want: status.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
 		{name: "version below the cluster version", observed: true,
-			o:    with(func(o *observation) { o.specErr = fmt.Errorf("failed to render: %w", &values.VersionError{}) }),
+			o:    with(func(o *observe.Observation) { o.SpecErr = fmt.Errorf("failed to render: %w", &values.VersionError{}) }),
 			want: status.FailedStatus, reason: v1alpha1.ReasonVersionRefused},
 		{name: "a TLS Secret the user provides is missing", observed: true,
-			o: with(func(o *observation) {
-				o.specErr = &TLSError{Msg: "Secret ns/peer (spec.tls.peer.secretName) does not exist"}
+			o: with(func(o *observe.Observation) {
+				o.SpecErr = &render.TLSError{Msg: "Secret ns/peer (spec.tls.peer.secretName) does not exist"}
 			}),
 			want: status.FailedStatus, reason: v1alpha1.ReasonTLSNotReady},
 		{name: "cert-manager has not issued a Secret yet", observed: true,
-			o: with(func(o *observation) {
-				o.specErr = &TLSError{Msg: "Secret ns/etcd-peer-tls does not exist yet", Waits: true}
+			o: with(func(o *observe.Observation) {
+				o.SpecErr = &render.TLSError{Msg: "Secret ns/etcd-peer-tls does not exist yet", Waits: true}
 			}),
 			want: status.InProgressStatus, reason: v1alpha1.ReasonTLSNotReady},
 		{name: "the API server refuses a rendered object as invalid", observed: true,
-			o: with(func(o *observation) {
-				o.applyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "StatefulSet"}, "etcd", nil))
+			o: with(func(o *observe.Observation) {
+				o.ApplyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "StatefulSet"}, "etcd", nil))
 			}),
 			want: status.FailedStatus, reason: v1alpha1.ReasonApplyFailed},
 		{name: "the API server is briefly unavailable: retried", // the pass ends in an error: generation not observed
-			o: with(func(o *observation) {
-				o.applyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewServiceUnavailable("etcdserver: leader changed"))
+			o: with(func(o *observe.Observation) {
+				o.ApplyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewServiceUnavailable("etcdserver: leader changed"))
 			}),
 			want: status.InProgressStatus, reason: "LatestGenerationNotObserved"},
 		{name: "a conflict, observed by an earlier pass of this generation", observed: true,
-			o: with(func(o *observation) {
-				o.applyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewConflict(gr, "etcd", errors.New("the object has been modified")))
+			o: with(func(o *observe.Observation) {
+				o.ApplyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewConflict(gr, "etcd", errors.New("the object has been modified")))
 			}),
 			want: status.InProgressStatus, reason: v1alpha1.ReasonApplyFailed},
 		{name: "upgrade stalled", observed: true,
@@ -210,15 +216,15 @@ func TestEveryDegradingReasonSaysWhetherItStalls(t *testing.T) {
 // TestStalledIsAWarningAndReconcilingNoEvent: Stalled becoming True is a Warning event and
 // clearing it a Normal one; Reconciling repeats other conditions and gives none.
 func TestStalledIsAWarningAndReconcilingNoEvent(t *testing.T) {
-	healthy := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)}
+	healthy := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: stsOf(3, 3, 3), Etcd: etcdOf(3, 1, nil, nil)}
 	stalled := healthy
-	stalled.specErr = errors.New("spec.chart.values: bad")
+	stalled.SpecErr = errors.New("spec.chart.values: bad")
 	rolling := healthy
-	rolling.membership = &plan.Step{Kind: plan.DeletePod, Reason: v1alpha1.ReasonRollingOut, Message: "restarting etcd-0"}
-	kinds := func(before, after observation) map[string]string {
+	rolling.Membership = &plan.Step{Kind: plan.DeletePod, Reason: v1alpha1.ReasonRollingOut, Message: "restarting etcd-0"}
+	kinds := func(before, after observe.Observation) map[string]string {
 		out := map[string]string{}
-		for _, tr := range conditionTransitions(conditions(before), conditions(after)) {
-			out[tr.cond.Type] = tr.eventType
+		for _, tr := range clusterstatus.Transitions(clusterstatus.Conditions(before), clusterstatus.Conditions(after)) {
+			out[tr.Cond.Type] = tr.EventType
 		}
 		return out
 	}
@@ -232,7 +238,7 @@ func TestStalledIsAWarningAndReconcilingNoEvent(t *testing.T) {
 		t.Fatalf("a rollout: events %v", k)
 	}
 	// A new cluster's Reconciling and Stalled start without an event.
-	for typ := range kinds(observation{}, observation{specReplicas: 3}) {
+	for typ := range kinds(observe.Observation{}, observe.Observation{SpecReplicas: 3}) {
 		if typ == v1alpha1.ConditionStalled || typ == v1alpha1.ConditionReconciling {
 			t.Fatalf("a new cluster's %s gave an event", typ)
 		}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/status"
 )
 
 var roNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -29,33 +31,33 @@ func rolloutCluster(leader uint64) *etcd.Observed {
 func TestLegacyLogIndex(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{}
 	c.Status.ClusterVersion = "3.5.0"
-	obs := func(cv string, applied uint64) observation {
+	obs := func(cv string, applied uint64) observe.Observation {
 		e := rolloutCluster(1)
 		for id, st := range e.Status {
 			st.ClusterVersion, st.RaftIndex, st.AppliedIndex = cv, applied, applied
 			e.Status[id] = st
 		}
-		return observation{etcd: e, snapshotCount: 100, now: roNow}
+		return observe.Observation{Etcd: e, SnapshotCount: 100, Now: roNow}
 	}
-	setStatus(c, obs("3.5.0", 500), render.Topology{Selector: labels.Everything()})
+	status.Set(c, obs("3.5.0", 500), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 0 {
 		t.Fatalf("still 3.5: legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}
-	setStatus(c, obs("3.6.0", 600), render.Topology{Selector: labels.Everything()})
+	status.Set(c, obs("3.6.0", 600), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 600 || c.Status.ClusterVersion != "3.6.0" {
 		t.Fatalf("after the rise: legacyLogIndex %d, clusterVersion %s; want 600, 3.6.0", c.Status.LegacyLogIndex, c.Status.ClusterVersion)
 	}
-	setStatus(c, obs("3.6.0", 700), render.Topology{Selector: labels.Everything()})
+	status.Set(c, obs("3.6.0", 700), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 600 {
 		t.Fatalf("100 entries later (not past --snapshot-count): legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}
-	setStatus(c, obs("3.6.0", 701), render.Topology{Selector: labels.Everything()})
+	status.Set(c, obs("3.6.0", 701), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 0 {
 		t.Fatalf("101 entries later: legacyLogIndex %d, want it cleared", c.Status.LegacyLogIndex)
 	}
 	// A cluster created on 3.6 never gets one.
 	c = &v1alpha1.EtcdCluster{}
-	setStatus(c, obs("3.6.0", 10), render.Topology{Selector: labels.Everything()})
+	status.Set(c, obs("3.6.0", 10), render.Topology{Selector: labels.Everything()})
 	if c.Status.LegacyLogIndex != 0 {
 		t.Fatalf("created on 3.6: legacyLogIndex %d", c.Status.LegacyLogIndex)
 	}

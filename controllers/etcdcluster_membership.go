@@ -19,10 +19,12 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/status"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -60,7 +62,7 @@ const (
 
 // reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
 // StatefulSet's replicas, and carries out at most one membership step.
-func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) (plan.Step, error) {
+func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, ps *peerSwitch) (plan.Step, error) {
 	mo, err := r.memberObservation(ctx, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
@@ -68,11 +70,11 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	a := membership.Decide(mo)
 	// Once membership matches the spec (or only waits for an unhealthy member, which may be
 	// one restarting or failing on a new template), the pod template may roll out.
-	if o.sts != nil && (a.Kind == plan.None || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
+	if o.StatefulSet != nil && (a.Kind == plan.None || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
 		step, target := versionTargets(c)
 		ro := rollout.Observation{
-			UpdateRevision: o.sts.Status.UpdateRevision,
-			StsCaughtUp:    stsCaughtUp(*o),
+			UpdateRevision: o.StatefulSet.Status.UpdateRevision,
+			StsCaughtUp:    status.StsCaughtUp(*o),
 			Pods:           rollout.PodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
 			MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: learnerMaxLag,
 			StepVersion: step, TargetVersion: target,
@@ -85,14 +87,14 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		if ra := rollout.Decide(ro); ra.Kind != plan.None {
 			running := ""
 			if mo.Etcd != nil {
-				_, _, _, running = memberStatuses(*mo.Etcd)
+				_, _, _, running = status.MemberStatuses(*mo.Etcd)
 			}
 			if ra, err = r.beforeUpgrade(ctx, c, o, ra, step, running); err != nil {
 				return ra, err
 			}
 			a = ra
 		}
-		o.upgrade, o.upgradeKnown = rollout.Progress(ro, a), true
+		o.Upgrade, o.UpgradeKnown = rollout.Progress(ro, a), true
 	}
 	defrag, defragWait, err := r.defragmentation(ctx, c, mo.Etcd)
 	if err != nil {
@@ -102,7 +104,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	if a, err = r.authStep(ctx, c, t, mo.Etcd, a); err != nil {
 		return a, err
 	}
-	a = peerStep(t, o.peerSwitch, a)
+	a = peerStep(t, ps, a)
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
@@ -113,19 +115,19 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	ev.Defragmentation = defrag
 	if a.Kind == plan.UpdatePeerURL && mo.Etcd != nil {
 		// The gate's evidence that the member serves its new URL: ask it there, now.
-		ev.PeerURLAnswers = map[string]string{a.PeerURL: r.askPeer(ctx, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, o.peerSwitch.secret(c))}
+		ev.PeerURLAnswers = map[string]string{a.PeerURL: r.askPeer(ctx, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, ps.secret(c))}
 	}
 	a = plan.Gate(a, ev)
 	return a, r.act(ctx, c, t, mo, a)
 }
 
 // memberObservation gathers one pass's view for the membership planner.
-func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) (membership.Observation, error) {
+func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation) (membership.Observation, error) {
 	mo := membership.Observation{
-		Desired: render.SpecReplicas(c), StatefulSet: t.StatefulSet, Etcd: o.etcd, Reached: o.reached,
+		Desired: render.SpecReplicas(c), StatefulSet: t.StatefulSet, Etcd: o.Etcd, Reached: o.Reached,
 		// Formed: etcd reported a cluster ID before, or members answer with a leader now (a lone
 		// founder of etcd 3.5 lists its founding peers before any quorum exists).
-		Bootstrapped: c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0),
+		Bootstrapped: c.Status.ClusterID != "" || (o.Etcd != nil && o.Etcd.Leader() != 0),
 		FormedBefore: c.Status.ClusterID != "",
 		PeerURL:      t.PeerURL, LearnerMaxLag: learnerMaxLag, LostMemberTimeout: defaultReplaceAfter,
 		DeletePVCOnScaleIn: c.Spec.Storage.Retention.WhenScaledIn != v1alpha1.RetentionRetain,
@@ -134,11 +136,11 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	if d := c.Spec.Membership.ReplaceAfter; d != nil {
 		mo.LostMemberTimeout = d.Duration
 	}
-	if o.sts != nil && o.sts.Spec.Replicas != nil {
-		mo.StsReplicas = *o.sts.Spec.Replicas
+	if o.StatefulSet != nil && o.StatefulSet.Spec.Replicas != nil {
+		mo.StsReplicas = *o.StatefulSet.Spec.Replicas
 	}
-	if o.sts != nil {
-		mo.UpdateRevision = o.sts.Status.UpdateRevision
+	if o.StatefulSet != nil {
+		mo.UpdateRevision = o.StatefulSet.Status.UpdateRevision
 	}
 	if raw := c.Annotations[IntentAnnotation]; raw != "" {
 		in := &plan.Intent{}
@@ -154,14 +156,14 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		return mo, err
 	}
 	mo.FoundingList, mo.Founders = founders, int32(len(founders))
-	if o.etcd != nil {
-		for _, st := range o.etcd.Status {
-			if st.ClusterID != 0 && st.ClusterID != o.etcd.Cluster.ClusterID {
+	if o.Etcd != nil {
+		for _, st := range o.Etcd.Status {
+			if st.ClusterID != 0 && st.ClusterID != o.Etcd.Cluster.ClusterID {
 				mo.SplitBrain = true
 			}
 		}
 	}
-	pods := o.pods
+	pods := o.Pods
 	if pods == nil {
 		pods = &corev1.PodList{}
 	}
@@ -203,8 +205,8 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		}
 	}
 	memberIDs := map[string]uint64{}
-	if o.etcd != nil {
-		for _, m := range o.etcd.Cluster.Members {
+	if o.Etcd != nil {
+		for _, m := range o.Etcd.Cluster.Members {
 			if m.Name != "" && len(m.ClientURLs) > 0 {
 				memberIDs[m.Name] = m.ID
 			}
@@ -229,8 +231,8 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 	// A missing claim of a started member means its data is gone; the cache may only lag
 	// behind (the StatefulSet creates a claim just before its pod), so that is read from the
 	// API server before anything concludes from it.
-	if !ephemeral && o.etcd != nil {
-		for _, m := range o.etcd.Cluster.Members {
+	if !ephemeral && o.Etcd != nil {
+		for _, m := range o.Etcd.Cluster.Members {
 			k, ok := plan.Ordinal(t.StatefulSet, m.Name)
 			if !ok || claimList[m.Name] != nil {
 				continue
@@ -281,7 +283,7 @@ func (r *EtcdClusterReconciler) memberObservation(ctx context.Context, c *v1alph
 		}
 	}
 	// Started members whose pod does not exist: since when this process has seen them so.
-	for name, since := range r.missingPods(c, o.etcd, byOrdinal, t.StatefulSet, mo.Now) {
+	for name, since := range r.missingPods(c, o.Etcd, byOrdinal, t.StatefulSet, mo.Now) {
 		if k, ok := plan.Ordinal(t.StatefulSet, name); ok {
 			info(k).MissingSince = since
 		}

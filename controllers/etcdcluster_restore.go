@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -84,7 +85,7 @@ func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
 
 // reconcileRestore observes, asks the restore planner, passes the gate and carries out one
 // restore step. It returns a step of kind None when no restore is wanted or under way.
-func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation, desired []*unstructured) (plan.Step, error) {
+func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, desired []*unstructured) (plan.Step, error) {
 	ro, srcs, ev, err := r.restoreObservation(ctx, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
@@ -93,8 +94,8 @@ func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha
 	if a.Kind == plan.None {
 		return a.Step, nil
 	}
-	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.etcd, o.answers, t.StatefulSet, ro.StsReplicas, render.SpecReplicas(c)
-	ev.Formed = c.Status.ClusterID != "" || (o.etcd != nil && o.etcd.Leader() != 0)
+	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.Etcd, o.Answers, t.StatefulSet, ro.StsReplicas, render.SpecReplicas(c)
+	ev.Formed = c.Status.ClusterID != "" || (o.Etcd != nil && o.Etcd.Leader() != 0)
 	ev.PeerURL, ev.MaxLag = t.PeerURL, learnerMaxLag
 	gated := plan.Gate(a.Step, ev)
 	if gated.Kind != a.Kind {
@@ -109,12 +110,12 @@ type restoreSources map[string]snapshotSource
 // restoreObservation gathers the restore planner's view, and the evidence the gate reads for
 // a disaster recovery's steps (pods, claims, the recorded member list; empty while etcd shows
 // a serving quorum).
-func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation) (ro restore.Observation, srcs restoreSources, drEv plan.Evidence, err error) {
+func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation) (ro restore.Observation, srcs restoreSources, drEv plan.Evidence, err error) {
 	srcs = restoreSources{}
 	ro = restore.Observation{
 		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: c.Status.Restore,
 		Formed: c.Status.ClusterID != "", Policy: c.Spec.DisasterRecovery.Policy, After: time.Minute,
-		MaxAttempts: restoreMaxAttempts, Now: o.now,
+		MaxAttempts: restoreMaxAttempts, Now: o.Now,
 	}
 	if ro.Policy == "" {
 		ro.Policy = v1alpha1.DisasterRecoveryManual
@@ -122,8 +123,8 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 	if d := c.Spec.DisasterRecovery.After; d != nil {
 		ro.After = d.Duration
 	}
-	if o.sts != nil && o.sts.Spec.Replicas != nil {
-		ro.StsReplicas = *o.sts.Spec.Replicas
+	if o.StatefulSet != nil && o.StatefulSet.Spec.Replicas != nil {
+		ro.StsReplicas = *o.StatefulSet.Spec.Replicas
 	}
 	if b := c.Spec.Bootstrap; b != nil && !ro.Formed {
 		s, problem, err := r.bootstrapSource(ctx, c, b)
@@ -145,21 +146,21 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 	// needs none of it.
 	ro.Ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
 	stopping := c.Status.Restore != nil && c.Status.Restore.Phase == v1alpha1.RestoreStopping
-	servingNow := o.etcd != nil && plan.Serving(*o.etcd)
+	servingNow := o.Etcd != nil && plan.Serving(*o.Etcd)
 	if ro.Formed && (!servingNow || stopping) {
 		ev, err := r.recoveryEvidence(ctx, c, t)
 		if err != nil {
 			return ro, srcs, drEv, err
 		}
 		drEv = ev
-		state, why := plan.JudgeQuorum(plan.QuorumEvidence{Etcd: o.etcd, Answers: o.answers, Record: ev.Record, Intent: ev.Intent, Pods: ev.Pods})
+		state, why := plan.JudgeQuorum(plan.QuorumEvidence{Etcd: o.Etcd, Answers: o.Answers, Record: ev.Record, Intent: ev.Intent, Pods: ev.Pods})
 		switch state {
 		case plan.QuorumLost:
 			ro.QuorumLost = true
 		case plan.QuorumUnknown:
 			ro.QuorumUnknown = why
-			if o.etcdErr != nil {
-				ro.QuorumUnknown += " (the operator's last etcd error: " + o.etcdErr.Error() + ")"
+			if o.EtcdErr != nil {
+				ro.QuorumUnknown += " (the operator's last etcd error: " + o.EtcdErr.Error() + ")"
 			}
 		}
 		d := plan.JudgeData(ev.Record, ev.Intent, ev.Pods)
@@ -172,10 +173,10 @@ func (r *EtcdClusterReconciler) restoreObservation(ctx context.Context, c *v1alp
 		// their data, before their claims went). A pass that proves nothing either way
 		// neither starts nor resets it.
 		if state != plan.QuorumUnknown {
-			r.quorumLoss.observe(c.UID, state == plan.QuorumLost && d.Hopeless, o.now)
+			r.quorumLoss.observe(c.UID, state == plan.QuorumLost && d.Hopeless, o.Now)
 		}
 	} else {
-		r.quorumLoss.observe(c.UID, false, o.now)
+		r.quorumLoss.observe(c.UID, false, o.Now)
 	}
 	ro.QuorumLostSince = r.quorumLoss.lostSince(c.UID)
 	if ro.QuorumLost || restore.Active(c.Status.Restore) {
@@ -325,7 +326,7 @@ func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims 
 
 // restoreFounders fills Founders: while members are being stopped, every ordinal that has a
 // member pod; afterwards, the founding list.
-func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observation, ro *restore.Observation) error {
+func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, ro *restore.Observation) error {
 	rec := c.Status.Restore
 	wanted := ro.Bootstrap != nil && rec == nil
 	if rec == nil && !wanted {

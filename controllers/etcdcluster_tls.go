@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -38,17 +37,6 @@ const (
 	userSecretRecheck = 10 * time.Second
 )
 
-// TLSError is a TLS setting the operator cannot use yet: a Secret the user provides that is
-// missing or invalid, or a CA Secret that cannot be read. The message says what to fix.
-type TLSError struct {
-	Msg string
-	// Waits is true when nothing is to fix: cert-manager has not issued a Secret yet. The
-	// cluster is then Reconciling, not Stalled.
-	Waits bool
-}
-
-func (e *TLSError) Error() string { return e.Msg }
-
 // reconcileTLS makes sure the certificates of spec.tls exist (issuing or renewing those the
 // operator keeps, asking cert-manager for those of source CertManager), records their expiry
 // in status, and returns the TLS configuration the operator dials the members' client port
@@ -64,7 +52,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 	// Operator source, before that source looks at their Secrets. Its Secrets are checked
 	// like the user's; a TLSError there waits until the Operator source has had its pass.
 	cmMaterial, cmExp, cmErr := r.reconcileCertManager(ctx, c, t, now)
-	if cmErr != nil && !isTLSError(cmErr) {
+	if cmErr != nil && !render.IsTLSError(cmErr) {
 		return nil, cmErr
 	}
 	var expiries []certificates.Expiry
@@ -108,7 +96,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 				break
 			}
 			if pass == 1 && problem != nil {
-				return nil, &TLSError{Msg: problem.Error()}
+				return nil, &render.TLSError{Msg: problem.Error()}
 			}
 		}
 		for _, s := range steps {
@@ -359,10 +347,10 @@ func (r *EtcdClusterReconciler) writeTLSSecret(ctx context.Context, c *v1alpha1.
 		return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
 	}
 	if cert := cur.Annotations[certManagerCertificateAnnotation]; cert != "" {
-		return &TLSError{Msg: fmt.Sprintf("Secret %s/%s is written by cert-manager for Certificate %s/%s: delete that Certificate and the Secret for the operator to issue this certificate itself, or use tls source CertManager", c.Namespace, name, c.Namespace, cert)}
+		return &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s is written by cert-manager for Certificate %s/%s: delete that Certificate and the Secret for the operator to issue this certificate itself, or use tls source CertManager", c.Namespace, name, c.Namespace, cert)}
 	}
 	if cur.Type != corev1.SecretTypeTLS || cur.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
-		return &TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not one etcd-pilot keeps (type kubernetes.io/tls, label %s=%s): the operator keeps this name for the cluster's certificates and does not overwrite it; rename or delete that Secret, or use tls source Secret", c.Namespace, name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
+		return &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not one etcd-pilot keeps (type kubernetes.io/tls, label %s=%s): the operator keeps this name for the cluster's certificates and does not overwrite it; rename or delete that Secret, or use tls source Secret", c.Namespace, name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
 	}
 	// Only if it is still the Secret this pass planned from (optimistic lock).
 	cur.ResourceVersion = m.ResourceVersion
@@ -481,10 +469,10 @@ func (r *EtcdClusterReconciler) checkUserSecret(ctx context.Context, namespace s
 		return certificates.Expiry{}, err
 	}
 	if !ok {
-		return certificates.Expiry{}, &TLSError{Msg: fmt.Sprintf("Secret %s/%s (spec.%s) does not exist: create it with tls.crt, tls.key and ca.crt", namespace, u.name, u.field)}
+		return certificates.Expiry{}, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s (spec.%s) does not exist: create it with tls.crt, tls.key and ca.crt", namespace, u.name, u.field)}
 	}
 	if err := certs.Verify(certs.KeyPair{Cert: m.Cert, Key: m.Key}, m.CA, u.server, u.client, now); err != nil {
-		return certificates.Expiry{}, &TLSError{Msg: fmt.Sprintf("Secret %s/%s (spec.%s) cannot be used: %v", namespace, u.name, u.field, err)}
+		return certificates.Expiry{}, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s (spec.%s) cannot be used: %v", namespace, u.name, u.field, err)}
 	}
 	leaf, _ := certs.Parse(m.Cert)
 	return certificates.Expiry{Secret: u.name, NotAfter: leaf.NotAfter}, nil
@@ -501,12 +489,6 @@ func certificateStatus(exp []certificates.Expiry) []v1alpha1.CertificateStatus {
 		out = append(out, s)
 	}
 	return out
-}
-
-// isTLSError reports whether err is a TLSError.
-func isTLSError(err error) bool {
-	var te *TLSError
-	return errors.As(err, &te)
 }
 
 // operatorTLSSecret is the Secret with the client certificate the operator presents to c.
@@ -534,7 +516,7 @@ func buildClientTLS(ctx context.Context, cached, api client.Reader, c *v1alpha1.
 	s := &corev1.Secret{}
 	err := rd.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
-		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s with the operator's client certificate does not exist", c.Namespace, name)}
+		return nil, nil, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s with the operator's client certificate does not exist", c.Namespace, name)}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, name, err)
@@ -547,11 +529,11 @@ func buildClientTLS(ctx context.Context, cached, api client.Reader, c *v1alpha1.
 func tlsConfigFrom(namespace, name string, cert, key, bundle []byte, now time.Time) (*tls.Config, *x509.Certificate, error) {
 	m := certs.KeyPair{Cert: cert, Key: key}
 	if err := certs.Verify(m, bundle, false, true, now); err != nil {
-		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s cannot serve as the operator's client certificate: %v (it needs tls.crt valid for client authentication, its tls.key, and ca.crt with the CA that signed it and the members' server certificate)", namespace, name, err)}
+		return nil, nil, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s cannot serve as the operator's client certificate: %v (it needs tls.crt valid for client authentication, its tls.key, and ca.crt with the CA that signed it and the members' server certificate)", namespace, name, err)}
 	}
 	pair, err := tls.X509KeyPair(m.Cert, m.Key)
 	if err != nil {
-		return nil, nil, &TLSError{Msg: fmt.Sprintf("Secret %s/%s: %v", namespace, name, err)}
+		return nil, nil, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s: %v", namespace, name, err)}
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(bundle)

@@ -126,7 +126,7 @@ func decideClientSwitch(ctx context.Context, kc client.Client, dial etcd.Dialer,
 			s.obs.Auth = tlsswitch.AuthOn
 		case err == nil:
 			s.obs.Auth = tlsswitch.AuthOff
-		case authRefused(err):
+		case etcd.AuthRefused(err):
 			// etcd refuses the certificate's user: authentication is on.
 			s.obs.Auth = tlsswitch.AuthOn
 		default:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
@@ -179,24 +180,24 @@ func changed(ctx context.Context, cl etcd.Client, ww wakeWatch) bool {
 // wakeWatchOf is what the pass that observed o waits to see change in etcd: listed members
 // that did not answer although their etcd container runs, and, while every listed member
 // answers and runs a newer minor than the cluster version, the cluster version.
-func wakeWatchOf(o observation, t render.Topology) wakeWatch {
+func wakeWatchOf(o observe.Observation, t render.Topology) wakeWatch {
 	ww := wakeWatch{tls: t.TLS}
-	if o.etcd == nil {
+	if o.Etcd == nil {
 		return ww
 	}
 	running := map[string]bool{}
-	if o.pods != nil {
-		for i := range o.pods.Items {
+	if o.Pods != nil {
+		for i := range o.Pods.Items {
 			var p plan.Pod
-			plan.PodState(&p, &o.pods.Items[i])
-			running[o.pods.Items[i].Name] = p.Running && !p.Deleting
+			plan.PodState(&p, &o.Pods.Items[i])
+			running[o.Pods.Items[i].Name] = p.Running && !p.Deleting
 		}
 	}
 	lowest := ""
 	leaderURL := ""
-	leader := o.etcd.Leader()
-	for _, m := range o.etcd.Cluster.Members {
-		st, ok := o.etcd.Status[m.ID]
+	leader := o.Etcd.Leader()
+	for _, m := range o.Etcd.Cluster.Members {
+		st, ok := o.Etcd.Status[m.ID]
 		if !ok {
 			if m.Name != "" && len(m.ClientURLs) > 0 && running[m.Name] {
 				ww.silent = append(ww.silent, m.ClientURLs[0])
@@ -211,7 +212,7 @@ func wakeWatchOf(o observation, t render.Topology) wakeWatch {
 			lowest = st.Version
 		}
 	}
-	cv := o.etcd.ClusterVersion()
+	cv := o.Etcd.ClusterVersion()
 	if lowest == "" || lowest == "unknown" || cv == "" || leaderURL == "" {
 		return ww
 	}

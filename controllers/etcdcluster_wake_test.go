@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 )
@@ -151,7 +152,7 @@ func TestWakeWatchOf(t *testing.T) {
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		return p
 	}
-	obs := func(version string, silent []uint64, pods ...corev1.Pod) observation {
+	obs := func(version string, silent []uint64, pods ...corev1.Pod) observe.Observation {
 		o := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
 		for i := uint64(1); i <= 3; i++ {
 			name := "etcd-" + string(rune('0'+i-1))
@@ -162,12 +163,12 @@ func TestWakeWatchOf(t *testing.T) {
 			}
 			o.Status[i] = etcd.MemberStatus{ID: i, Leader: 1, Version: version, ClusterVersion: "3.5.0"}
 		}
-		return observation{etcd: o, pods: &corev1.PodList{Items: pods}}
+		return observe.Observation{Etcd: o, Pods: &corev1.PodList{Items: pods}}
 	}
 	all := []corev1.Pod{pod("etcd-0", true, false), pod("etcd-1", true, false), pod("etcd-2", true, false)}
 	for _, tc := range []struct {
 		name       string
-		o          observation
+		o          observe.Observation
 		silent     []string
 		versionURL string
 	}{
@@ -177,7 +178,7 @@ func TestWakeWatchOf(t *testing.T) {
 		{"its pod is being deleted", obs("3.6.16", []uint64{3}, all[0], all[1], pod("etcd-2", true, true)), nil, ""},
 		{"its container does not run", obs("3.6.16", []uint64{3}, all[0], all[1], pod("etcd-2", false, false)), nil, ""},
 		{"its pod is gone", obs("3.6.16", []uint64{3}, all[0], all[1]), nil, ""},
-		{"no etcd view", observation{pods: &corev1.PodList{Items: all}}, nil, ""},
+		{"no etcd view", observe.Observation{Pods: &corev1.PodList{Items: all}}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ww := wakeWatchOf(tc.o, render.Topology{})
@@ -191,17 +192,17 @@ func TestWakeWatchOf(t *testing.T) {
 	}
 	// A patch upgrade: the cluster version (3.6.0) is the members' minor already.
 	o := obs("3.6.16", nil, all...)
-	for id, st := range o.etcd.Status {
+	for id, st := range o.Etcd.Status {
 		st.ClusterVersion = "3.6.0"
-		o.etcd.Status[id] = st
+		o.Etcd.Status[id] = st
 	}
 	if ww := wakeWatchOf(o, render.Topology{}); !ww.empty() {
 		t.Fatalf("watch %+v during a patch upgrade, want none", ww)
 	}
 	// A learner that has not started (no name, no client URL) is not watched.
 	o = obs("3.5.35", nil, all...)
-	o.etcd.Cluster.Members = append(o.etcd.Cluster.Members, etcd.Member{ID: 9, IsLearner: true})
-	o.etcd.StatusErr[9] = errors.New("member has not started yet")
+	o.Etcd.Cluster.Members = append(o.Etcd.Cluster.Members, etcd.Member{ID: 9, IsLearner: true})
+	o.Etcd.StatusErr[9] = errors.New("member has not started yet")
 	if ww := wakeWatchOf(o, render.Topology{}); !ww.empty() {
 		t.Fatalf("watch %+v with an unstarted learner, want none", ww)
 	}

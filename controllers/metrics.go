@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/maintenance"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -290,10 +291,10 @@ func quotaBytes(c *v1alpha1.EtcdCluster) int64 {
 // recordObservedMetrics sets what the pass observed but status does not hold: the part of each
 // member's database in use (when etcd answered), and the result of the newest finished backup
 // (when the backups were listed, backupErr nil).
-func recordObservedMetrics(c *v1alpha1.EtcdCluster, o observation, backupErr error) {
+func recordObservedMetrics(c *v1alpha1.EtcdCluster, o observe.Observation, backupErr error) {
 	var newest *v1alpha1.EtcdBackup
-	for i := range o.backups {
-		b := &o.backups[i]
+	for i := range o.Backups {
+		b := &o.Backups[i]
 		if (b.Status.Phase != v1alpha1.BackupSucceeded && b.Status.Phase != v1alpha1.BackupFailed) || b.Status.CompletionTime == nil {
 			continue
 		}
@@ -310,11 +311,11 @@ func recordObservedMetrics(c *v1alpha1.EtcdCluster, o observation, backupErr err
 		last = optional{true, 0}
 	}
 	var sizes []sample
-	if o.etcd != nil {
-		sizes = inUse(*o.etcd)
+	if o.Etcd != nil {
+		sizes = inUse(*o.Etcd)
 	}
 	clusterMetrics.update(c, func(v *clusterValues) {
-		if o.etcd != nil {
+		if o.Etcd != nil {
 			v.dbInUse = sizes
 		}
 		if backupErr == nil {

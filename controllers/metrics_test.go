@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
@@ -177,13 +178,13 @@ func TestObservedMetrics(t *testing.T) {
 	backup := func(phase v1alpha1.BackupPhase, done *metav1.Time) v1alpha1.EtcdBackup {
 		return v1alpha1.EtcdBackup{Status: v1alpha1.EtcdBackupStatus{Phase: phase, CompletionTime: done}}
 	}
-	o := observation{
-		etcd: &etcd.Observed{
+	o := observe.Observation{
+		Etcd: &etcd.Observed{
 			Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "observed-0"}, {ID: 2, Name: "observed-1"}, {ID: 3}}},
 			Status:  map[uint64]etcd.MemberStatus{1: {ID: 1, DBSize: 100, DBSizeInUse: 60}, 2: {ID: 2, DBSize: 100}},
 		},
 		// The newest to finish is a failure, although a success was created later and runs.
-		backups: []v1alpha1.EtcdBackup{backup(v1alpha1.BackupSucceeded, at(1)), backup(v1alpha1.BackupFailed, at(5)), backup(v1alpha1.BackupRunning, nil)},
+		Backups: []v1alpha1.EtcdBackup{backup(v1alpha1.BackupSucceeded, at(1)), backup(v1alpha1.BackupFailed, at(5)), backup(v1alpha1.BackupRunning, nil)},
 	}
 	recordObservedMetrics(c, o, nil)
 	recordMetrics(c)
@@ -194,14 +195,14 @@ func TestObservedMetrics(t *testing.T) {
 		t.Errorf("last backup result %v, want 0", got)
 	}
 	// The backups could not be listed: the result stands. etcd did not answer: the sizes stand.
-	recordObservedMetrics(c, observation{}, errors.New("boom"))
+	recordObservedMetrics(c, observe.Observation{}, errors.New("boom"))
 	if got := seriesOf(t, "etcdpilot_cluster_backup_last_succeeded", "m", "observed"); got[""] != 0 || len(got) != 1 {
 		t.Errorf("last backup result after a failed list %v, want 0", got)
 	}
 	if got := seriesOf(t, "etcdpilot_cluster_db_size_in_use_bytes", "m", "observed"); len(got) != 1 {
 		t.Errorf("in use after etcd did not answer: %v", got)
 	}
-	o.backups = append(o.backups, backup(v1alpha1.BackupSucceeded, at(9)))
+	o.Backups = append(o.Backups, backup(v1alpha1.BackupSucceeded, at(9)))
 	recordObservedMetrics(c, o, nil)
 	if got := seriesOf(t, "etcdpilot_cluster_backup_last_succeeded", "m", "observed"); got[""] != 1 {
 		t.Errorf("last backup result %v, want 1", got)
@@ -212,7 +213,7 @@ func TestObservedMetrics(t *testing.T) {
 	if got := seriesOf(t, "etcdpilot_cluster_db_size_in_use_bytes", "m", "observed"); len(got) != 0 {
 		t.Errorf("in use of a member that left: %v", got)
 	}
-	recordObservedMetrics(c, observation{}, nil)
+	recordObservedMetrics(c, observe.Observation{}, nil)
 	if got := seriesOf(t, "etcdpilot_cluster_backup_last_succeeded", "m", "observed"); len(got) != 0 {
 		t.Errorf("last backup result without backups: %v", got)
 	}
@@ -236,9 +237,9 @@ func TestStepsAndForget(t *testing.T) {
 		t.Errorf("steps %v, want %v", got, want)
 	}
 	recordMetrics(c)
-	recordObservedMetrics(c, observation{
-		etcd:    &etcd.Observed{Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "steps-0"}}}, Status: map[uint64]etcd.MemberStatus{1: {ID: 1, DBSizeInUse: 1}}},
-		backups: []v1alpha1.EtcdBackup{{Status: v1alpha1.EtcdBackupStatus{Phase: v1alpha1.BackupSucceeded, CompletionTime: &last}}},
+	recordObservedMetrics(c, observe.Observation{
+		Etcd:    &etcd.Observed{Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "steps-0"}}}, Status: map[uint64]etcd.MemberStatus{1: {ID: 1, DBSizeInUse: 1}}},
+		Backups: []v1alpha1.EtcdBackup{{Status: v1alpha1.EtcdBackupStatus{Phase: v1alpha1.BackupSucceeded, CompletionTime: &last}}},
 	}, nil)
 	families, err := metrics.Registry.Gather()
 	if err != nil {

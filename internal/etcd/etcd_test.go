@@ -322,9 +322,14 @@ func TestDefragmentShrinksTheDatabase(t *testing.T) {
 		t.Fatal("compacting at a future revision succeeded")
 	}
 	// The pages the compaction freed count as free only after a later backend commit (bbolt
-	// keeps them pending while older transactions may read them; etcd commits every 100 ms).
+	// keeps them pending while older transactions may read them). etcd commits every 100 ms,
+	// but only when something was written since: a write per look makes that commit happen
+	// (without one the pages stayed pending for the whole wait, on a loaded machine).
 	var before etcd.MemberStatus
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := cli.Put(ctx, "tick", "x"); err != nil {
+			t.Fatal(err)
+		}
 		if before, err = c.Status(ctx, ep); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package controllers
+package status
 
 import (
 	"errors"
@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -18,6 +17,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
@@ -66,114 +66,114 @@ func TestConditions(t *testing.T) {
 	invalid := errors.New("spec.etcd.extraArgs sets unknown etcd flags: foo; remove them")
 	tests := []struct {
 		name                                    string
-		o                                       observation
+		o                                       observe.Observation
 		available, progressing, degraded, ready string
 	}{
 		{
 			name:      "just created, nothing applied yet",
-			o:         observation{specReplicas: 3},
+			o:         observe.Observation{SpecReplicas: 3},
 			available: "False/QuorumNotReady", progressing: "True/Creating", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name:      "pods starting for the first time",
-			o:         observation{specReplicas: 3, sts: sts(3, 1, 3)},
+			o:         observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 1, 3)},
 			available: "False/QuorumNotReady", progressing: "True/Creating", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name:      "healthy, etcd answers",
-			o:         observation{specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
 		},
 		{
 			name:      "healthy pods, etcd unreachable from the operator: not known to serve",
-			o:         observation{specReplicas: 3, sts: sts(3, 3, 3), etcdAsked: true, etcdErr: errors.New("dial timeout")},
+			o:         observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 3, 3), EtcdAsked: true, EtcdErr: errors.New("dial timeout")},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name:      "a formed cluster whose members do not answer",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, etcdErr: errors.New("dial timeout")},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true, EtcdErr: errors.New("dial timeout")},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/EtcdUnreachable", ready: "False/NotAvailable",
 		},
 		{
 			name:      "a formed cluster with one member alive and no quorum (path 6)",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, reached: 1, etcdErr: errors.New("context deadline exceeded")},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true, Reached: 1, EtcdErr: errors.New("context deadline exceeded")},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/QuorumLost", ready: "False/NotAvailable",
 		},
 		{
 			name:      "one of three members down keeps quorum but degrades",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3), etcd: cluster(3, 1, []uint64{3}, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 2, 3), Etcd: cluster(3, 1, []uint64{3}, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
 		},
 		{
 			name:      "an alarm degrades",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, []uint64{2})},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, []uint64{2})},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
 		},
 		{
 			name:      "two of three down loses quorum",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcd: cluster(3, 0, []uint64{2, 3}, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 1, 3), Etcd: cluster(3, 0, []uint64{2, 3}, nil)},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/QuorumLost", ready: "False/NotAvailable",
 		},
 		{
 			name:      "no leader is not available",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 0, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 0, nil, nil)},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name: "etcd refuses the operator its status calls (auth on, no user) but serves the member list: locked out, not unreachable",
-			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true,
-				etcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), authRefused: errUserEmpty, listVoters: 3},
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true,
+				EtcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), AuthRefused: errUserEmpty, ListVoters: 3},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
 		},
 		{
 			name: "etcd refuses the operator its status calls and its member list: locked out, quorum not known",
-			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true,
-				etcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), authRefused: errUserEmpty},
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true,
+				EtcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), AuthRefused: errUserEmpty},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/NotAvailable",
 		},
 		{
 			name: "etcd answers, reports auth on, and the operator has no client certificate: locked out",
-			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil),
-				auth: &etcd.AuthState{Enabled: true}},
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil),
+				Auth: &etcd.AuthState{Enabled: true}},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
 		},
 		{
 			name: "etcd reports auth on and the operator presents its certificate: as expected",
-			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil),
-				auth: &etcd.AuthState{Enabled: true}, operatorUser: "etcd-pilot"},
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil),
+				Auth: &etcd.AuthState{Enabled: true}, OperatorUser: "etcd-pilot"},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
 		},
 		{
 			name: "the client port's switch to plain holds while etcd's auth is on",
-			o: observation{cluster: "demo", specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil),
-				auth: &etcd.AuthState{Enabled: true}, operatorUser: "etcd-pilot", clientSwitch: "etcd's authentication is on", clientSwitchHeld: true},
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil),
+				Auth: &etcd.AuthState{Enabled: true}, OperatorUser: "etcd-pilot", ClientSwitch: "etcd's authentication is on", ClientSwitchHeld: true},
 			available: "True/QuorumAvailable", progressing: "True/SwitchingClientTLS", degraded: "True/AuthStillEnabled", ready: "False/Degraded",
 		},
 		{
 			name:      "a formed cluster with a pod not ready and etcd unreachable is degraded",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3), etcdAsked: true},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 2, 3), EtcdAsked: true},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/EtcdUnreachable", ready: "False/NotAvailable",
 		},
 		{
 			name:      "pods on an older template",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: func() *appsv1.StatefulSet { s := sts(3, 3, 1); s.Status.UpdateRevision = "b"; return s }(), etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: func() *appsv1.StatefulSet { s := sts(3, 3, 1); s.Status.UpdateRevision = "b"; return s }(), Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
 		},
 		{
 			name:      "StatefulSet controller behind the spec",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: func() *appsv1.StatefulSet { s := sts(3, 3, 3); s.Generation = 2; return s }(), etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: func() *appsv1.StatefulSet { s := sts(3, 3, 3); s.Generation = 2; return s }(), Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
 		},
 		{
 			// The pass that applies a new StatefulSet reads the old one from the cache, whose
 			// generation the StatefulSet controller observed long ago.
 			name:      "the cached StatefulSet is not the one this pass applied",
-			o:         observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), stsApplied: "new", etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), StsApplied: "new", Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
 		},
 		{
 			name: "the cached StatefulSet is the one this pass applied",
-			o: observation{specReplicas: 3, wasAvailable: true, stsApplied: "new", etcd: cluster(3, 1, nil, nil), sts: func() *appsv1.StatefulSet {
+			o: observe.Observation{SpecReplicas: 3, WasAvailable: true, StsApplied: "new", Etcd: cluster(3, 1, nil, nil), StatefulSet: func() *appsv1.StatefulSet {
 				s := sts(3, 3, 3)
 				s.Annotations = map[string]string{apply.HashAnnotation: "new"}
 				return s
@@ -182,22 +182,22 @@ func TestConditions(t *testing.T) {
 		},
 		{
 			name:      "invalid spec on a healthy cluster",
-			o:         observation{specReplicas: 3, wasAvailable: true, specErr: invalid, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, SpecErr: invalid, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/InvalidSpec", degraded: "True/InvalidSpec", ready: "False/Degraded",
 		},
 		{
 			name:      "apply refused",
-			o:         observation{specReplicas: 3, applyErr: errors.New("failed to apply StatefulSet"), sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, ApplyErr: errors.New("failed to apply StatefulSet"), StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/ApplyFailed", ready: "False/Degraded",
 		},
 		{
 			name:      "paused and healthy",
-			o:         observation{specReplicas: 3, paused: true, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, Paused: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Paused", degraded: "False/AsExpected", ready: "True/Paused",
 		},
 		{
 			name: "learners do not count for quorum",
-			o: observation{specReplicas: 1, sts: sts(1, 1, 1), etcd: func() *etcd.Observed {
+			o: observe.Observation{SpecReplicas: 1, StatefulSet: sts(1, 1, 1), Etcd: func() *etcd.Observed {
 				o := cluster(2, 1, []uint64{2}, nil)
 				o.Cluster.Members[1].IsLearner = true
 				return o
@@ -207,7 +207,7 @@ func TestConditions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conds := conditions(tt.o)
+			conds := Conditions(tt.o)
 			for typ, want := range map[string]string{
 				v1alpha1.ConditionAvailable: tt.available, v1alpha1.ConditionProgressing: tt.progressing,
 				v1alpha1.ConditionDegraded: tt.degraded, v1alpha1.ConditionReady: tt.ready,
@@ -222,8 +222,8 @@ func TestConditions(t *testing.T) {
 }
 
 func TestDegradedMessageNamesWhatToFix(t *testing.T) {
-	o := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 2, 3), etcd: cluster(3, 1, []uint64{3}, []uint64{2})}
-	c := meta.FindStatusCondition(conditions(o), v1alpha1.ConditionDegraded)
+	o := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 2, 3), Etcd: cluster(3, 1, []uint64{3}, []uint64{2})}
+	c := meta.FindStatusCondition(Conditions(o), v1alpha1.ConditionDegraded)
 	for _, want := range []string{"m2: NOSPACE", "m3: connection refused"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("Degraded message %q does not name %q", c.Message, want)
@@ -233,11 +233,11 @@ func TestDegradedMessageNamesWhatToFix(t *testing.T) {
 
 func TestUnchangedObservationKeepsStatus(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 1}}
-	o := observation{generation: 1, specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)}
+	o := observe.Observation{Generation: 1, SpecReplicas: 3, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)}
 	topo := render.TopologyOf(c, nil)
-	setStatus(c, o, topo)
+	Set(c, o, topo)
 	first := c.Status.DeepCopy()
-	setStatus(c, o, topo)
+	Set(c, o, topo)
 	if !equality.Semantic.DeepEqual(*first, c.Status) {
 		t.Fatalf("the same observation changed the status:\n%+v\n%+v", *first, c.Status)
 	}
@@ -247,14 +247,14 @@ func TestUnchangedObservationKeepsStatus(t *testing.T) {
 }
 
 func TestConditionTransitionsAreEventsOnlyOnChange(t *testing.T) {
-	before := conditions(observation{specReplicas: 3, sts: sts(3, 3, 3), etcd: cluster(3, 1, nil, nil)})
-	if got := conditionTransitions(before, before); len(got) != 0 {
+	before := Conditions(observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)})
+	if got := Transitions(before, before); len(got) != 0 {
 		t.Fatalf("unchanged conditions gave events: %+v", got)
 	}
-	after := conditions(observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcd: cluster(3, 0, []uint64{2, 3}, nil)})
+	after := Conditions(observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 1, 3), Etcd: cluster(3, 0, []uint64{2, 3}, nil)})
 	kinds := map[string]string{}
-	for _, tr := range conditionTransitions(before, after) {
-		kinds[tr.cond.Type] = tr.eventType
+	for _, tr := range Transitions(before, after) {
+		kinds[tr.Cond.Type] = tr.EventType
 	}
 	if kinds[v1alpha1.ConditionAvailable] != "Warning" || kinds[v1alpha1.ConditionDegraded] != "Warning" {
 		t.Fatalf("losing quorum must give warnings: %v", kinds)
@@ -266,76 +266,36 @@ func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
 	st := o.Status[1]
 	st.Errors, st.Leader = []string{plan.NoLeaderError}, 0
 	o.Status[1] = st
-	members, _, _, _ := memberStatuses(*o)
+	members, _, _, _ := MemberStatuses(*o)
 	for _, m := range members {
 		if !m.Healthy {
 			t.Fatalf("member %s in an election is reported unhealthy", m.Name)
 		}
 	}
 	alarm := cluster(3, 1, nil, []uint64{2})
-	members, _, _, _ = memberStatuses(*alarm)
+	members, _, _, _ = MemberStatuses(*alarm)
 	if members[1].Healthy {
 		t.Fatalf("a member with an alarm is reported healthy")
-	}
-}
-
-// TestTotalOutageShowsInOnePass (path 6 of issue 9): with no member able to read the member
-// list, the member table shows no healthy member and no leader, and the has-leader gauge
-// drops to 0, in the first pass that sees it.
-func TestTotalOutageShowsInOnePass(t *testing.T) {
-	c := &v1alpha1.EtcdCluster{}
-	c.Name, c.Namespace = "outage", "ns"
-	healthy := observation{specReplicas: 3, sts: sts(3, 3, 3), etcdAsked: true, etcd: cluster(3, 1, nil, nil)}
-	setStatus(c, healthy, render.Topology{Selector: labels.Everything()})
-	recordMetrics(c)
-	if got := seriesOf(t, "etcdpilot_cluster_has_leader", "ns", "outage")[""]; got != 1 {
-		t.Fatalf("healthy: has_leader %v", got)
-	}
-	outage := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 3, 3), etcdAsked: true, reached: 1, etcdErr: errors.New("context deadline exceeded")}
-	setStatus(c, outage, render.Topology{Selector: labels.Everything()})
-	recordMetrics(c)
-	if len(c.Status.Members) != 3 {
-		t.Fatalf("the member table went away: %+v", c.Status.Members)
-	}
-	for _, m := range c.Status.Members {
-		if m.Healthy || m.Leader {
-			t.Fatalf("during the outage member %s is healthy=%v leader=%v", m.Name, m.Healthy, m.Leader)
-		}
-	}
-	if got := seriesOf(t, "etcdpilot_cluster_has_leader", "ns", "outage"); got[""] != 0 || len(got) != 1 {
-		t.Fatalf("outage: has_leader %v", got)
-	}
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded); cond.Reason != v1alpha1.ReasonQuorumLost {
-		t.Fatalf("Degraded %s/%s", cond.Status, cond.Reason)
-	}
-	// One member of three answering with the member list (etcd 3.5 serves it without a
-	// quorum): no member is healthy either.
-	lone := observation{specReplicas: 3, wasAvailable: true, sts: sts(3, 1, 3), etcdAsked: true, etcd: cluster(3, 0, []uint64{2, 3}, nil)}
-	setStatus(c, lone, render.Topology{Selector: labels.Everything()})
-	for _, m := range c.Status.Members {
-		if m.Healthy {
-			t.Fatalf("without a quorum member %s is reported healthy", m.Name)
-		}
 	}
 }
 
 // TestAuthLockoutMessageSaysWhatAndHow: AuthLockedOut names what etcd answered and both ways
 // out (the operator's certificate back, or root turning authentication off).
 func TestAuthLockoutMessageSaysWhatAndHow(t *testing.T) {
-	o := observation{cluster: "demo", authRefused: errUserEmpty}
-	if !lockedOut(o) {
+	o := observe.Observation{Cluster: "demo", AuthRefused: errUserEmpty}
+	if !LockedOut(o) {
 		t.Fatal("an answer refusing the operator as a user is a lock-out")
 	}
-	msg := authLockoutMessage(o)
+	msg := AuthLockoutMessage(o)
 	for _, want := range []string{"no identity", "user name is empty", "spec.tls.client back", "spec.auth.enabled: false", "etcdctl --user root auth disable", "demo-root-auth"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not say %q", msg, want)
 		}
 	}
-	if lockedOut(observation{auth: &etcd.AuthState{Enabled: false}}) || lockedOut(observation{auth: &etcd.AuthState{Enabled: true}, operatorUser: "etcd-pilot"}) {
+	if LockedOut(observe.Observation{Auth: &etcd.AuthState{Enabled: false}}) || LockedOut(observe.Observation{Auth: &etcd.AuthState{Enabled: true}, OperatorUser: "etcd-pilot"}) {
 		t.Fatal("auth off, or on with the operator's certificate, is no lock-out")
 	}
-	if !authRefused(errUserEmpty) || !authRefused(fmt.Errorf("x: %w", rpctypes.ErrInvalidAuthToken)) || authRefused(errors.New("context deadline exceeded")) {
+	if !etcd.AuthRefused(errUserEmpty) || !etcd.AuthRefused(fmt.Errorf("x: %w", rpctypes.ErrInvalidAuthToken)) || etcd.AuthRefused(errors.New("context deadline exceeded")) {
 		t.Fatal("authRefused does not tell etcd's auth errors from others")
 	}
 }
