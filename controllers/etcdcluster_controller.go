@@ -41,6 +41,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
@@ -217,7 +218,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	before := c.DeepCopy()
 	result, err := r.reconcileNormal(ctx, c)
-	recordMetrics(c)
+	metrics.Record(c)
 	if perr := r.patchStatus(ctx, before, c); perr != nil && err == nil {
 		return ctrl.Result{}, perr
 	}
@@ -246,7 +247,7 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 		r.Recorder.Eventf(after, nil, t.EventType, t.Cond.Reason, t.Cond.Type, "%s is %s: %s", t.Cond.Type, t.Cond.Status, t.Cond.Message)
 	}
 	if n := after.Status.LeaderChanges - before.Status.LeaderChanges; n > 0 {
-		countLeaderChanges(after, n)
+		metrics.CountLeaderChanges(after, n)
 		r.Recorder.Eventf(after, memberPod(after.Namespace, after.Status.Leader), corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
 			after.Status.Leader, after.Status.LeaderID, before.Status.Leader, before.Status.LeaderID, after.Status.LeaderChanges)
 	}
@@ -386,7 +387,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		}
 	}
 	status.Set(c, obs, topo)
-	recordObservedMetrics(c, obs, backupErr)
+	metrics.RecordObserved(c, obs, backupErr)
 
 	switch {
 	case applyErr != nil && !status.ApplyStalls(applyErr):
@@ -602,7 +603,7 @@ func (r *EtcdClusterReconciler) reconcileDelete(ctx context.Context, c *v1alpha1
 	if err := r.Client.Patch(ctx, c, patch); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("failed to remove finalizer from EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
 	}
-	forgetMetrics(c)
+	metrics.Forget(c)
 	if r.ForgetEtcd != nil {
 		r.ForgetEtcd(string(c.UID))
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
@@ -591,7 +592,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	default:
 		err = r.etcdStep(ctx, t, mo, a)
 	}
-	countStep(c, a.Kind, err)
+	metrics.CountStep(c, a.Kind, err)
 	if err != nil {
 		// The next pass decides again from what it observes; the event keeps the attempt.
 		r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeWarning, a.Reason, string(a.Kind), "failed: %s: %v", a.Message, err)
@@ -605,7 +606,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *v1alpha1.EtcdCluster
 	}
 	r.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeNormal, a.Reason, string(a.Kind), "%s", a.Message)
 	if a.Kind == plan.MoveLeader {
-		countLeaderMove(c)
+		metrics.CountLeaderMove(c)
 	}
 	if r.AfterStep != nil {
 		r.AfterStep(string(a.Kind))

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
@@ -650,7 +651,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		base.Status = *before.Status.DeepCopy()
 		err = r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
-	countStep(c, a.Kind, err)
+	metrics.CountStep(c, a.Kind, err)
 	if err != nil {
 		// Nothing of this step is recorded: the pass's own status write must not store it.
 		c.Status = *before.Status.DeepCopy()

@@ -1,4 +1,4 @@
-package controllers
+package metrics
 
 import (
 	"fmt"
@@ -35,16 +35,16 @@ func BenchmarkMetricsMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for _, c := range clusters {
-			recordMetrics(c)
-			countStep(c, plan.AddLearner, nil)
-			countStep(c, plan.PromoteLearner, nil)
+			Record(c)
+			CountStep(c, plan.AddLearner, nil)
+			CountStep(c, plan.PromoteLearner, nil)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		perCluster = float64(after.HeapAlloc-before.HeapAlloc) / n / 1024
 		b.StopTimer()
 		for _, c := range clusters {
-			forgetMetrics(c)
+			Forget(c)
 		}
 		b.StartTimer()
 	}

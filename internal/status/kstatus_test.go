@@ -1,11 +1,9 @@
-package controllers
+package status
 
 import (
 	"errors"
 	"fmt"
 	"testing"
-
-	clusterstatus "github.com/etcd-pilot/etcd-pilot/internal/status"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,14 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/backup"
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
-	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -29,7 +24,7 @@ import (
 
 // kstatusOf is what kstatus (the library behind kpt, Flux's health checks and cli-utils'
 // apply waiters) computes for obj.
-func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *status.Result {
+func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *kstatus.Result {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
@@ -37,7 +32,7 @@ func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *s
 	}
 	u := &unstr.Unstructured{Object: m}
 	u.SetGroupVersionKind(gvk)
-	res, err := status.Compute(u)
+	res, err := kstatus.Compute(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +46,7 @@ func clusterAfterPass(o observe.Observation, observed bool, paused bool) *v1alph
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 2}}
 	c.Spec.Paused = paused
 	o.Generation, o.Paused = 2, paused
-	clusterstatus.Set(c, o, render.Topology{Selector: labels.Everything()})
+	Set(c, o, render.Topology{Selector: labels.Everything()})
 	c.Status.ObservedGeneration = 1
 	if observed {
 		c.Status.ObservedGeneration = 2
@@ -65,7 +60,7 @@ var clusterGVK = v1alpha1.GroupVersion.WithKind("EtcdCluster")
 // writes.
 func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 	healthy := func() observe.Observation {
-		return observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: stsOf(3, 3, 3), EtcdAsked: true, Etcd: etcdOf(3, 1, nil, nil)}
+		return observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true, Etcd: cluster(3, 1, nil, nil)}
 	}
 	with := func(f func(*observe.Observation)) observe.Observation { o := healthy(); f(&o); return o }
 	step := func(kind plan.Kind, reason, msg string) func(*observe.Observation) {
@@ -81,80 +76,80 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 		deleting bool
 		// want is kstatus's status; reason the reason kstatus reports from Reconciling or
 		// Stalled ("" when it reads Ready).
-		want   status.Status
+		want   kstatus.Status
 		reason string
 	}{
-		{name: "available and done", o: healthy(), observed: true, want: status.CurrentStatus},
-		{name: "generation bumped, not observed yet", o: healthy(), want: status.InProgressStatus, reason: "LatestGenerationNotObserved"},
+		{name: "available and done", o: healthy(), observed: true, want: kstatus.CurrentStatus},
+		{name: "generation bumped, not observed yet", o: healthy(), want: kstatus.InProgressStatus, reason: "LatestGenerationNotObserved"},
 		{name: "just created, nothing applied yet", o: observe.Observation{SpecReplicas: 3}, observed: true,
-			want: status.InProgressStatus, reason: v1alpha1.ReasonCreating},
-		{name: "members forming", o: observe.Observation{SpecReplicas: 3, StatefulSet: stsOf(3, 1, 3), EtcdAsked: true}, observed: true,
-			want: status.InProgressStatus, reason: v1alpha1.ReasonCreating},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonCreating},
+		{name: "members forming", o: observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 1, 3), EtcdAsked: true}, observed: true,
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonCreating},
 		{name: "mid-upgrade: a member restarting onto the new template", observed: true,
 			o:    with(step(plan.Wait, v1alpha1.ReasonMemberRestarting, "member etcd-1 restarted on the new pod template and is not back yet")),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonMemberRestarting},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonMemberRestarting},
 		{name: "mid-upgrade: restarting the next member", observed: true,
 			o:    with(step(plan.DeletePod, v1alpha1.ReasonRollingOut, "restarting etcd-2 onto the new pod template")),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonRollingOut},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonRollingOut},
 		{name: "scale-out: learner catching up", observed: true,
 			o:    with(step(plan.Wait, v1alpha1.ReasonLearnerCatchingUp, "learner etcd-3 is catching up")),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonLearnerCatchingUp},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonLearnerCatchingUp},
 		{name: "peer TLS switch", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.PeerSwitch = &peerswitch.Decision{}
 				o.PeerSwitch.Message = "restarting the members onto the transition listener"
 			}),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonSwitchingPeerTLS},
-		{name: "a member down: the operator waits for it", o: with(func(o *observe.Observation) { o.Etcd = etcdOf(3, 1, []uint64{3}, nil) }), observed: true,
-			want: status.InProgressStatus, reason: v1alpha1.ReasonMembersUnhealthy},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonSwitchingPeerTLS},
+		{name: "a member down: the operator waits for it", o: with(func(o *observe.Observation) { o.Etcd = cluster(3, 1, []uint64{3}, nil) }), observed: true,
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonMembersUnhealthy},
 		{name: "quorum lost: members may come back", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.Etcd, o.EtcdErr, o.Reached = nil, errors.New("context deadline exceeded"), 1
 			}),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonQuorumLost},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonQuorumLost},
 		{name: "invalid spec", o: with(func(o *observe.Observation) { o.SpecErr = invalid }), observed: true,
-			want: status.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
 		{name: "invalid spec, paused", o: with(func(o *observe.Observation) { o.SpecErr = invalid }), observed: true, paused: true,
-			want: status.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonInvalidSpec},
 		{name: "version below the cluster version", observed: true,
 			o:    with(func(o *observe.Observation) { o.SpecErr = fmt.Errorf("failed to render: %w", &values.VersionError{}) }),
-			want: status.FailedStatus, reason: v1alpha1.ReasonVersionRefused},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonVersionRefused},
 		{name: "a TLS Secret the user provides is missing", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.SpecErr = &render.TLSError{Msg: "Secret ns/peer (spec.tls.peer.secretName) does not exist"}
 			}),
-			want: status.FailedStatus, reason: v1alpha1.ReasonTLSNotReady},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonTLSNotReady},
 		{name: "cert-manager has not issued a Secret yet", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.SpecErr = &render.TLSError{Msg: "Secret ns/etcd-peer-tls does not exist yet", Waits: true}
 			}),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonTLSNotReady},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonTLSNotReady},
 		{name: "the API server refuses a rendered object as invalid", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.ApplyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "StatefulSet"}, "etcd", nil))
 			}),
-			want: status.FailedStatus, reason: v1alpha1.ReasonApplyFailed},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonApplyFailed},
 		{name: "the API server is briefly unavailable: retried", // the pass ends in an error: generation not observed
 			o: with(func(o *observe.Observation) {
 				o.ApplyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewServiceUnavailable("etcdserver: leader changed"))
 			}),
-			want: status.InProgressStatus, reason: "LatestGenerationNotObserved"},
+			want: kstatus.InProgressStatus, reason: "LatestGenerationNotObserved"},
 		{name: "a conflict, observed by an earlier pass of this generation", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.ApplyErr = fmt.Errorf("failed to apply StatefulSet ns/etcd: %w", apierrors.NewConflict(gr, "etcd", errors.New("the object has been modified")))
 			}),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonApplyFailed},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonApplyFailed},
 		{name: "upgrade stalled", observed: true,
 			o:    with(step(plan.Wait, v1alpha1.ReasonUpgradeStalled, "member etcd-1 did not become healthy within 5m0s")),
-			want: status.FailedStatus, reason: v1alpha1.ReasonUpgradeStalled},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonUpgradeStalled},
 		{name: "a stale volume blocks a scale-out", observed: true,
 			o:    with(step(plan.Wait, v1alpha1.ReasonStaleVolume, "volume claim of etcd-3 is left from a removed member")),
-			want: status.FailedStatus, reason: v1alpha1.ReasonStaleVolume},
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonStaleVolume},
 		{name: "a learner that never started is replaced by the operator", observed: true,
 			o:    with(step(plan.RemoveMember, v1alpha1.ReasonLearnerNeverStarted, "learner etcd-3 did not start within 5m0s; removing it")),
-			want: status.InProgressStatus, reason: v1alpha1.ReasonLearnerNeverStarted},
-		{name: "paused and healthy", o: healthy(), observed: true, paused: true, want: status.CurrentStatus},
-		{name: "being deleted", o: healthy(), observed: true, deleting: true, want: status.TerminatingStatus},
+			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonLearnerNeverStarted},
+		{name: "paused and healthy", o: healthy(), observed: true, paused: true, want: kstatus.CurrentStatus},
+		{name: "being deleted", o: healthy(), observed: true, deleting: true, want: kstatus.TerminatingStatus},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,14 +211,14 @@ func TestEveryDegradingReasonSaysWhetherItStalls(t *testing.T) {
 // TestStalledIsAWarningAndReconcilingNoEvent: Stalled becoming True is a Warning event and
 // clearing it a Normal one; Reconciling repeats other conditions and gives none.
 func TestStalledIsAWarningAndReconcilingNoEvent(t *testing.T) {
-	healthy := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: stsOf(3, 3, 3), Etcd: etcdOf(3, 1, nil, nil)}
+	healthy := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)}
 	stalled := healthy
 	stalled.SpecErr = errors.New("spec.chart.values: bad")
 	rolling := healthy
 	rolling.Membership = &plan.Step{Kind: plan.DeletePod, Reason: v1alpha1.ReasonRollingOut, Message: "restarting etcd-0"}
 	kinds := func(before, after observe.Observation) map[string]string {
 		out := map[string]string{}
-		for _, tr := range clusterstatus.Transitions(clusterstatus.Conditions(before), clusterstatus.Conditions(after)) {
+		for _, tr := range Transitions(Conditions(before), Conditions(after)) {
 			out[tr.Cond.Type] = tr.EventType
 		}
 		return out
@@ -243,47 +238,4 @@ func TestStalledIsAWarningAndReconcilingNoEvent(t *testing.T) {
 			t.Fatalf("a new cluster's %s gave an event", typ)
 		}
 	}
-}
-
-// TestKstatusReadsTheBackupAsTheOperatorMeansIt: an EtcdBackup is InProgress while pending or
-// running, Current once stored, Failed once it failed for good.
-func TestKstatusReadsTheBackupAsTheOperatorMeansIt(t *testing.T) {
-	r := &EtcdBackupReconciler{}
-	gvk := v1alpha1.GroupVersion.WithKind("EtcdBackup")
-	for _, tc := range []struct {
-		name string
-		do   func(b *v1alpha1.EtcdBackup)
-		want status.Status
-	}{
-		{"created", func(*v1alpha1.EtcdBackup) {}, status.CurrentStatus}, // no status yet: kstatus cannot tell
-		{"pending", func(b *v1alpha1.EtcdBackup) {
-			_, _ = r.pending(b, b.CreationTimestamp.Time, v1alpha1.ReasonNoHealthyMember, "no member answered")
-		}, status.InProgressStatus},
-		{"running", func(b *v1alpha1.EtcdBackup) {
-			r.running(b, b.CreationTimestamp.Time, backupplan.Source{Member: etcd.Member{ID: 1, Name: "etcd-0"}}, "s3://b/k")
-		}, status.InProgressStatus},
-		{"retrying", func(b *v1alpha1.EtcdBackup) {
-			r.running(b, b.CreationTimestamp.Time, backupplan.Source{Member: etcd.Member{ID: 1, Name: "etcd-0"}}, "s3://b/k")
-			_, _ = r.retry(b, b.CreationTimestamp.Time, v1alpha1.ReasonUploadFailed, "connection reset")
-		}, status.InProgressStatus},
-		{"failed", func(b *v1alpha1.EtcdBackup) {
-			_, _ = r.fail(b, b.CreationTimestamp.Time, v1alpha1.ReasonCredentialsInvalid, "Secret ns/s3 lacks accessKeyID")
-		}, status.FailedStatus},
-		{"succeeded", func(b *v1alpha1.EtcdBackup) {
-			r.running(b, b.CreationTimestamp.Time, backupplan.Source{Member: etcd.Member{ID: 1, Name: "etcd-0"}}, "s3://b/k")
-			r.succeed(b, backupReport(), &v1alpha1.EtcdCluster{})
-		}, status.CurrentStatus},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", Generation: 1, CreationTimestamp: metav1.Now()}}
-			tc.do(b)
-			if res := kstatusOf(t, b, gvk); res.Status != tc.want {
-				t.Fatalf("kstatus %s (%s), want %s; conditions %+v", res.Status, res.Message, tc.want, b.Status.Conditions)
-			}
-		})
-	}
-}
-
-func backupReport() backup.Report {
-	return backup.Report{Size: 20480, SHA256: "ab", Revision: 42, Version: "3.6.16", Member: "etcd-0", Location: "s3://b/k"}
 }

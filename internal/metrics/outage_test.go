@@ -1,4 +1,4 @@
-package controllers
+package metrics
 
 import (
 	"errors"
@@ -26,13 +26,13 @@ func TestTotalOutageShowsInOnePass(t *testing.T) {
 	c.Name, c.Namespace = "outage", "ns"
 	healthy := observe.Observation{SpecReplicas: 3, StatefulSet: stsOf(3, 3, 3), EtcdAsked: true, Etcd: etcdOf(3, 1, nil, nil)}
 	status.Set(c, healthy, render.Topology{Selector: labels.Everything()})
-	recordMetrics(c)
+	Record(c)
 	if got := seriesOf(t, "etcdpilot_cluster_has_leader", "ns", "outage")[""]; got != 1 {
 		t.Fatalf("healthy: has_leader %v", got)
 	}
 	outage := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: stsOf(3, 3, 3), EtcdAsked: true, Reached: 1, EtcdErr: errors.New("context deadline exceeded")}
 	status.Set(c, outage, render.Topology{Selector: labels.Everything()})
-	recordMetrics(c)
+	Record(c)
 	if len(c.Status.Members) != 3 {
 		t.Fatalf("the member table went away: %+v", c.Status.Members)
 	}

@@ -1,11 +1,13 @@
-package controllers
+// Package metrics exports what the operator knows of every cluster as Prometheus series, with a
+// collector that costs a cluster its values rather than a series object per label set.
+package metrics
 
 import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -87,7 +89,7 @@ func gauge(name, help string, labels ...string) metricDesc {
 }
 
 func init() {
-	metrics.Registry.MustRegister(clusterMetrics)
+	ctrlmetrics.Registry.MustRegister(clusterMetrics)
 }
 
 // clusterMetrics holds what the operator exports of every cluster and makes the series at
@@ -203,8 +205,8 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// recordMetrics sets the gauges from a status (and the quota from the spec).
-func recordMetrics(c *v1alpha1.EtcdCluster) {
+// Record sets the gauges from a status (and the quota from the spec).
+func Record(c *v1alpha1.EtcdCluster) {
 	var x clusterValues
 	var sizes []sample
 	inTable := map[string]bool{}
@@ -288,10 +290,10 @@ func quotaBytes(c *v1alpha1.EtcdCluster) int64 {
 	return maintenance.DefaultQuotaBytes
 }
 
-// recordObservedMetrics sets what the pass observed but status does not hold: the part of each
+// RecordObserved sets what the pass observed but status does not hold: the part of each
 // member's database in use (when etcd answered), and the result of the newest finished backup
 // (when the backups were listed, backupErr nil).
-func recordObservedMetrics(c *v1alpha1.EtcdCluster, o observe.Observation, backupErr error) {
+func RecordObserved(c *v1alpha1.EtcdCluster, o observe.Observation, backupErr error) {
 	var newest *v1alpha1.EtcdBackup
 	for i := range o.Backups {
 		b := &o.Backups[i]
@@ -338,8 +340,8 @@ func inUse(o etcd.Observed) []sample {
 	return out
 }
 
-// countStep counts a step the executor carried out; err is its outcome.
-func countStep(c *v1alpha1.EtcdCluster, kind plan.Kind, err error) {
+// CountStep counts a step the executor carried out; err is its outcome.
+func CountStep(c *v1alpha1.EtcdCluster, kind plan.Kind, err error) {
 	result := "succeeded"
 	if err != nil {
 		result = "failed"
@@ -355,18 +357,18 @@ func countStep(c *v1alpha1.EtcdCluster, kind plan.Kind, err error) {
 	})
 }
 
-// countLeaderChanges adds n leader changes the operator observed.
-func countLeaderChanges(c *v1alpha1.EtcdCluster, n int64) {
+// CountLeaderChanges adds n leader changes the operator observed.
+func CountLeaderChanges(c *v1alpha1.EtcdCluster, n int64) {
 	clusterMetrics.update(c, func(v *clusterValues) { v.leaderChanges += float64(n) })
 }
 
-// countLeaderMove counts a hand-over the operator made.
-func countLeaderMove(c *v1alpha1.EtcdCluster) {
+// CountLeaderMove counts a hand-over the operator made.
+func CountLeaderMove(c *v1alpha1.EtcdCluster) {
 	clusterMetrics.update(c, func(v *clusterValues) { v.leaderMoves++ })
 }
 
-// forgetMetrics drops a deleted cluster's series.
-func forgetMetrics(c *v1alpha1.EtcdCluster) {
+// Forget drops a deleted cluster's series.
+func Forget(c *v1alpha1.EtcdCluster) {
 	clusterMetrics.mu.Lock()
 	defer clusterMetrics.mu.Unlock()
 	delete(clusterMetrics.clusters, types.NamespacedName{Namespace: c.Namespace, Name: c.Name})

@@ -1,4 +1,4 @@
-package controllers
+package metrics
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -21,17 +21,17 @@ func TestCertificateExpiryMetric(t *testing.T) {
 	at := time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC)
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "m", Name: "e"}}
 	c.Status.Certificates = []v1alpha1.CertificateStatus{{Secret: "e-peer-tls", NotAfter: metav1.NewTime(at)}, {Secret: "e-ca", NotAfter: metav1.NewTime(at.Add(time.Hour))}}
-	recordMetrics(c)
+	Record(c)
 	if got := seriesOf(t, "etcdpilot_certificate_expiry_timestamp_seconds", "m", "e"); got["secret=e-peer-tls"] != float64(at.Unix()) || len(got) != 2 {
 		t.Fatalf("expiry: %v", got)
 	}
 	// A certificate no longer in status (TLS turned off, a Secret renamed) loses its series.
 	c.Status.Certificates = c.Status.Certificates[1:]
-	recordMetrics(c)
+	Record(c)
 	if got := seriesOf(t, "etcdpilot_certificate_expiry_timestamp_seconds", "m", "e"); len(got) != 1 || got["secret=e-ca"] == 0 {
 		t.Fatalf("the series of a certificate that left status is still there: %v", got)
 	}
-	forgetMetrics(c)
+	Forget(c)
 	if got := seriesOf(t, "etcdpilot_certificate_expiry_timestamp_seconds", "m", "e"); len(got) != 0 {
 		t.Fatalf("a deleted cluster's certificate series is still there: %v", got)
 	}
@@ -41,7 +41,7 @@ func TestCertificateExpiryMetric(t *testing.T) {
 // beyond namespace and name, joined with ",", mapped to its value.
 func seriesOf(t *testing.T, metric, ns, name string) map[string]float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
+	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestClusterMetrics(t *testing.T) {
 		{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonQuorumAvailable},
 		{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonUpgradeStalled},
 	}
-	recordMetrics(c)
+	Record(c)
 	one := func(metric string, want float64) {
 		t.Helper()
 		got := seriesOf(t, metric, "m", "gauges")
@@ -127,7 +127,7 @@ func TestClusterMetrics(t *testing.T) {
 	c.Status.Backup = nil
 	q := resource.MustParse("8Gi")
 	c.Spec.Etcd.QuotaBackendBytes = &q
-	recordMetrics(c)
+	Record(c)
 	one("etcdpilot_cluster_learners", 0)
 	one("etcdpilot_cluster_db_quota_bytes", 8<<30)
 	if got := seriesOf(t, "etcdpilot_cluster_db_size_bytes", "m", "gauges"); len(got) != 2 {
@@ -145,14 +145,14 @@ func TestClusterMetrics(t *testing.T) {
 	// A negative quota turns etcd's quota off: no quota series, so no ratio alert.
 	q = resource.MustParse("-1")
 	c.Spec.Etcd.QuotaBackendBytes = &q
-	recordMetrics(c)
+	Record(c)
 	if got := seriesOf(t, "etcdpilot_cluster_db_quota_bytes", "m", "gauges"); len(got) != 0 {
 		t.Errorf("quota series with the quota off: %v", got)
 	}
 
 	// Before etcd listed any member: no quorum to speak of.
 	c.Status.Members = nil
-	recordMetrics(c)
+	Record(c)
 	one("etcdpilot_cluster_quorum", 0)
 }
 
@@ -186,8 +186,8 @@ func TestObservedMetrics(t *testing.T) {
 		// The newest to finish is a failure, although a success was created later and runs.
 		Backups: []v1alpha1.EtcdBackup{backup(v1alpha1.BackupSucceeded, at(1)), backup(v1alpha1.BackupFailed, at(5)), backup(v1alpha1.BackupRunning, nil)},
 	}
-	recordObservedMetrics(c, o, nil)
-	recordMetrics(c)
+	RecordObserved(c, o, nil)
+	Record(c)
 	if got, want := seriesOf(t, "etcdpilot_cluster_db_size_in_use_bytes", "m", "observed"), map[string]float64{"member=observed-0": 60}; !maps.Equal(got, want) {
 		t.Errorf("in use %v, want %v (etcd before 3.4 reports none)", got, want)
 	}
@@ -195,7 +195,7 @@ func TestObservedMetrics(t *testing.T) {
 		t.Errorf("last backup result %v, want 0", got)
 	}
 	// The backups could not be listed: the result stands. etcd did not answer: the sizes stand.
-	recordObservedMetrics(c, observe.Observation{}, errors.New("boom"))
+	RecordObserved(c, observe.Observation{}, errors.New("boom"))
 	if got := seriesOf(t, "etcdpilot_cluster_backup_last_succeeded", "m", "observed"); got[""] != 0 || len(got) != 1 {
 		t.Errorf("last backup result after a failed list %v, want 0", got)
 	}
@@ -203,17 +203,17 @@ func TestObservedMetrics(t *testing.T) {
 		t.Errorf("in use after etcd did not answer: %v", got)
 	}
 	o.Backups = append(o.Backups, backup(v1alpha1.BackupSucceeded, at(9)))
-	recordObservedMetrics(c, o, nil)
+	RecordObserved(c, o, nil)
 	if got := seriesOf(t, "etcdpilot_cluster_backup_last_succeeded", "m", "observed"); got[""] != 1 {
 		t.Errorf("last backup result %v, want 1", got)
 	}
 	// A member that left the member table loses its in-use series with the status.
 	c.Status.Members = c.Status.Members[1:]
-	recordMetrics(c)
+	Record(c)
 	if got := seriesOf(t, "etcdpilot_cluster_db_size_in_use_bytes", "m", "observed"); len(got) != 0 {
 		t.Errorf("in use of a member that left: %v", got)
 	}
-	recordObservedMetrics(c, observe.Observation{}, nil)
+	RecordObserved(c, observe.Observation{}, nil)
 	if got := seriesOf(t, "etcdpilot_cluster_backup_last_succeeded", "m", "observed"); len(got) != 0 {
 		t.Errorf("last backup result without backups: %v", got)
 	}
@@ -228,20 +228,20 @@ func TestStepsAndForget(t *testing.T) {
 	c.Status.Certificates = []v1alpha1.CertificateStatus{{Secret: "steps-ca", NotAfter: metav1.Now()}}
 	last := metav1.Now()
 	c.Status.Backup = &v1alpha1.BackupStatus{LastSuccessfulTime: &last}
-	countStep(c, plan.AddLearner, nil)
-	countStep(c, plan.AddLearner, nil)
-	countStep(c, plan.PromoteLearner, errors.New("learner not caught up"))
+	CountStep(c, plan.AddLearner, nil)
+	CountStep(c, plan.AddLearner, nil)
+	CountStep(c, plan.PromoteLearner, errors.New("learner not caught up"))
 	if got, want := seriesOf(t, "etcdpilot_steps_total", "m", "steps"), map[string]float64{
 		"kind=AddLearner,result=succeeded": 2, "kind=PromoteLearner,result=failed": 1,
 	}; !maps.Equal(got, want) {
 		t.Errorf("steps %v, want %v", got, want)
 	}
-	recordMetrics(c)
-	recordObservedMetrics(c, observe.Observation{
+	Record(c)
+	RecordObserved(c, observe.Observation{
 		Etcd:    &etcd.Observed{Cluster: etcd.Cluster{Members: []etcd.Member{{ID: 1, Name: "steps-0"}}}, Status: map[uint64]etcd.MemberStatus{1: {ID: 1, DBSizeInUse: 1}}},
 		Backups: []v1alpha1.EtcdBackup{{Status: v1alpha1.EtcdBackupStatus{Phase: v1alpha1.BackupSucceeded, CompletionTime: &last}}},
 	}, nil)
-	families, err := metrics.Registry.Gather()
+	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestStepsAndForget(t *testing.T) {
 	if ours != 19 {
 		t.Errorf("%d etcdpilot metrics gathered, want the 19 of metrics.go", ours)
 	}
-	forgetMetrics(c)
+	Forget(c)
 	for _, mf := range families {
 		if got := seriesOf(t, mf.GetName(), "m", "steps"); strings.HasPrefix(mf.GetName(), "etcdpilot_") && len(got) > 0 {
 			t.Errorf("%s of a deleted cluster: %v", mf.GetName(), got)
