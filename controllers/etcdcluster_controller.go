@@ -41,6 +41,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
@@ -113,6 +114,8 @@ type EtcdClusterReconciler struct {
 
 	once    sync.Once
 	applier *apply.Applier
+	// exec is the executor: every write of a step goes through it.
+	exec *execute.Executor
 
 	// compacted remembers the revision each cluster was last compacted to (maintenance).
 	compacted compactions
@@ -147,6 +150,10 @@ func (r *EtcdClusterReconciler) init() {
 			r.MaxConcurrentReconciles = 4
 		}
 		r.sources.Embedded, r.sources.Reader, r.sources.Discovery, r.sources.Recorder = r.Renderer, r.apiReader(), r.Discovery, r.Recorder
+		r.exec = &execute.Executor{
+			Client: r.Client, APIReader: r.apiReader(), Scheme: r.Scheme, Recorder: r.Recorder, Dial: r.DialEtcd,
+			EtcdTimeout: r.EtcdTimeout, AgentImage: r.AgentImage, Operator: r.Operator, OpenS3: r.OpenS3, AfterStep: r.AfterStep,
+		}
 		r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner, Typed: builtinKinds}
 	})
 }
