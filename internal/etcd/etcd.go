@@ -15,60 +15,19 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-
-	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
-
-// Member is one entry of etcd's member list.
-type Member struct {
-	ID         uint64
-	Name       string // empty for a member added but not started yet
-	PeerURLs   []string
-	ClientURLs []string
-	IsLearner  bool
-}
-
-// MemberStatus is what one member reports about itself.
-type MemberStatus struct {
-	ID        uint64
-	ClusterID uint64 // the cluster the member belongs to, as it reports it
-	Version   string
-	// Revision is the member's key-value store revision when it answered.
-	Revision int64
-	// DBSize is the size of the member's database file; DBSizeInUse the part of it that holds
-	// data. A defragmentation shrinks DBSize to about DBSizeInUse.
-	DBSize      int64
-	DBSizeInUse int64
-	Leader      uint64
-	RaftIndex   uint64
-	// AppliedIndex is the last raft entry the member applied; it snapshots every
-	// --snapshot-count applied entries.
-	AppliedIndex uint64
-	RaftTerm     uint64
-	IsLearner    bool
-	Errors       []string // alarms and health problems the member reports
-	// ClusterVersion is the cluster version the member knows (MAJOR.MINOR.0), from its
-	// /version endpoint; empty when that did not answer.
-	ClusterVersion string
-}
-
-// Cluster is etcd's member list as one member sees it.
-type Cluster struct {
-	ClusterID uint64
-	Members   []Member
-}
 
 // Client is the set of etcd calls the controllers make. Implementations must be safe for
 // concurrent use.
@@ -126,13 +85,6 @@ type Client interface {
 	Close() error
 }
 
-// AuthState is etcd's authentication: whether it is on, and the roles of the users asked for
-// that exist.
-type AuthState struct {
-	Enabled bool
-	Roles   map[string][]string
-}
-
 // Snapshot is a member's database as etcd streams it: the bbolt file followed by the 32-byte
 // SHA-256 of the bytes before it, the form etcdutl snapshot restore checks. Read it to the end
 // and Close it; Close also ends the stream early and releases the connection to the member.
@@ -155,18 +107,28 @@ type Snapshot struct {
 	StorageVersion string
 }
 
-// Alarm types etcd raises.
-const (
-	AlarmNoSpace = "NOSPACE" // a member's database reached --quota-backend-bytes; writes fail
-	AlarmCorrupt = "CORRUPT" // a member's data differs from the others'
+// The types of what etcd answers live in the leaf package state, which the planners import
+// without linking clientv3; these aliases keep them etcd.Member and so on here.
+type (
+	Member       = state.Member
+	MemberStatus = state.MemberStatus
+	Cluster      = state.Cluster
+	AuthState    = state.AuthState
+	Alarm        = state.Alarm
+	Observed     = state.Observed
 )
 
-// Alarm is one active alarm: which member raised it, and its type (AlarmNoSpace,
-// AlarmCorrupt).
-type Alarm struct {
-	MemberID uint64
-	Type     string
-}
+// Alarm types etcd raises.
+const (
+	AlarmNoSpace = state.AlarmNoSpace
+	AlarmCorrupt = state.AlarmCorrupt
+)
+
+// FormatID prints a member or cluster ID in hexadecimal, as etcdctl does.
+func FormatID(id uint64) string { return state.FormatID(id) }
+
+// ParseID parses an ID printed by FormatID.
+func ParseID(s string) (uint64, error) { return state.ParseID(s) }
 
 // Dialer opens a Client for a set of client URLs, over TLS with tlsConfig when it is not nil
 // (the client certificate the operator presents and the CAs it trusts; https endpoints need
@@ -574,52 +536,6 @@ func (c *client) Compact(ctx context.Context, revision int64) error {
 }
 
 func (c *client) Close() error { return c.c.Close() }
-
-// FormatID prints a member or cluster ID in hexadecimal, as etcdctl does.
-func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
-
-// ParseID parses an ID printed by FormatID.
-func ParseID(s string) (uint64, error) { return strconv.ParseUint(s, 16, 64) }
-
-// Observed is a snapshot of a cluster: the member list and each member's status.
-type Observed struct {
-	Cluster Cluster
-	// Status holds the members that answered, by ID.
-	Status map[uint64]MemberStatus
-	// StatusErr holds the members that did not answer, by ID.
-	StatusErr map[uint64]error
-}
-
-// Leader returns the leader's ID as the answering voting members report it, or 0 when none
-// (or no agreement) is known.
-func (o Observed) Leader() uint64 {
-	var leader uint64
-	for _, s := range o.Status {
-		if s.Leader == 0 {
-			continue
-		}
-		if leader != 0 && s.Leader != leader {
-			return 0
-		}
-		leader = s.Leader
-	}
-	return leader
-}
-
-// ClusterVersion is the cluster version the leader reports, or, without a leader's answer,
-// the lowest any member reports; empty when none is known.
-func (o Observed) ClusterVersion() string {
-	if st, ok := o.Status[o.Leader()]; ok && st.ClusterVersion != "" {
-		return st.ClusterVersion
-	}
-	out := ""
-	for _, st := range o.Status {
-		if st.ClusterVersion != "" && (out == "" || versions.Less(st.ClusterVersion, out)) {
-			out = st.ClusterVersion
-		}
-	}
-	return out
-}
 
 // ObserveEndpoints asks each endpoint (a client URL) for its status first, concurrently, each
 // call bounded by perCall. When no member that answers knows a leader, the member list cannot

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // Defragmentation is the record of a defragmentation the operator started. The executor

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // Evidence is what the safety gate reads: etcd's member list and each member's status as read

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // The fixture: StatefulSet "etc"; ordinal k is member ID 0x100+k, on claim "uid-k", up and

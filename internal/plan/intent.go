@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // IntentOp is the kind of membership change an intent records.

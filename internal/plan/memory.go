@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // MemberRecord is the last etcd member list the operator read while etcd served it, kept in

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // QuorumState is what a pass can prove about etcd's quorum.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 func TestMemberRecordRoundTrip(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // Quorum is the number of votes a cluster of n voting members needs.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // cluster builds an observation of n voters etcd-0..n-1 (IDs 1..n), all answering, with the

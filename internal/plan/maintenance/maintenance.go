@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 

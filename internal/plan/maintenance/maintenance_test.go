@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 

@@ -3,7 +3,7 @@ package membership
 import (
 	"testing"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 )
 
 // TestInitialClusterNamesOnlyMembersThatMayStartEmpty (paths 2, 4 and 5 of issue 9): etcd

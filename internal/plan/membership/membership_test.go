@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	etcd "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 )
 
