@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"path"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,14 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/objstore"
-)
-
-// Keys of the S3 credentials Secret.
-const (
-	SecretKeyAccessKeyID     = "accessKeyID"
-	SecretKeySecretAccessKey = "secretAccessKey"
-	SecretKeySessionToken    = "sessionToken"
 )
 
 // credentialsError is a destination whose credentials cannot be read: the user must fix the
@@ -32,31 +25,6 @@ func (e *credentialsError) Error() string { return e.msg }
 // objstore.NewS3 in production.
 type StoreOpener func(cfg objstore.S3Config) (objstore.Store, error)
 
-// s3Prefix is the key prefix of a cluster's backups: the destination's, or
-// "<namespace>/<cluster>".
-func s3Prefix(ns, cluster string, d *v1alpha1.S3Destination) string {
-	if d.Prefix != "" {
-		return d.Prefix
-	}
-	return ns + "/" + cluster
-}
-
-// backupKey is the object key (relative to the prefix) of an EtcdBackup's snapshot.
-func backupKey(backupName string) string { return backupName + ".db" }
-
-// claimPath is the file of an EtcdBackup's snapshot on a claim destination, relative to the
-// claim's root.
-// The path stays under the root whatever d.Path holds: admission refuses a path with "..",
-// but an object stored before that rule existed may carry one, and the snapshot must not be
-// written (or a restore read) outside the claim's root.
-func claimPath(cluster string, d *v1alpha1.PVCDestination, backupName string) string {
-	dir := strings.TrimPrefix(path.Clean("/"+d.Path), "/")
-	if dir == "" {
-		dir = cluster
-	}
-	return path.Join(dir, backupKey(backupName))
-}
-
 // openS3 reads the destination's credentials Secret (only that Secret, by name, in the
 // cluster's namespace, from the API server: the operator keeps no Secret cache) and opens the
 // store.
@@ -66,12 +34,12 @@ func openS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, clu
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &credentialsError{fmt.Sprintf("the credentials Secret %s/%s does not exist: create it with the keys %s and %s",
-				ns, name, SecretKeyAccessKeyID, SecretKeySecretAccessKey)}
+				ns, name, backup.SecretKeyAccessKeyID, backup.SecretKeySecretAccessKey)}
 		}
 		return nil, fmt.Errorf("failed to get the credentials Secret %s/%s: %w", ns, name, err)
 	}
 	var missing []string
-	for _, k := range []string{SecretKeyAccessKeyID, SecretKeySecretAccessKey} {
+	for _, k := range []string{backup.SecretKeyAccessKeyID, backup.SecretKeySecretAccessKey} {
 		if len(sec.Data[k]) == 0 {
 			missing = append(missing, k)
 		}
@@ -80,9 +48,9 @@ func openS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, clu
 		return nil, &credentialsError{fmt.Sprintf("the credentials Secret %s/%s lacks the keys %s", ns, name, strings.Join(missing, ", "))}
 	}
 	cfg := objstore.S3Config{
-		Endpoint: d.Endpoint, Bucket: d.Bucket, Prefix: s3Prefix(ns, cluster, d), Region: d.Region,
-		AccessKeyID: string(sec.Data[SecretKeyAccessKeyID]), SecretAccessKey: string(sec.Data[SecretKeySecretAccessKey]),
-		SessionToken: string(sec.Data[SecretKeySessionToken]), CABundle: []byte(d.CABundle),
+		Endpoint: d.Endpoint, Bucket: d.Bucket, Prefix: backup.S3Prefix(ns, cluster, d), Region: d.Region,
+		AccessKeyID: string(sec.Data[backup.SecretKeyAccessKeyID]), SecretAccessKey: string(sec.Data[backup.SecretKeySecretAccessKey]),
+		SessionToken: string(sec.Data[backup.SecretKeySessionToken]), CABundle: []byte(d.CABundle),
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"

@@ -30,8 +30,6 @@ const (
 	LabelBackup = "etcdpilot.io/backup"
 	// backupContainer is the backup pod's only container.
 	backupContainer = "snapshot"
-	// backupMountPath is where the claim is mounted in the backup pod.
-	backupMountPath = "/backup"
 	// backupUser runs the backup pod, as the chart runs etcd.
 	backupUser = 65532
 )
@@ -76,7 +74,7 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 				return r.retry(b, now, v1alpha1.ReasonSnapshotFailed, fmt.Sprintf("backup pod %s took its snapshot from member %q, not from member %s (%s) it was to take it from",
 					pod.Name, rep.MemberID, b.Status.MemberID, b.Status.Member))
 			}
-			rep.Location = "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
+			rep.Location = "pvc://" + d.ClaimName + "/" + backup.ClaimPath(c.Name, d, b.Name)
 			r.succeed(b, rep, c)
 			return reconcile.Result{}, nil
 		}
@@ -110,7 +108,7 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 	if why != "" {
 		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, why)
 	}
-	location := "pvc://" + d.ClaimName + "/" + claimPath(c.Name, d, b.Name)
+	location := "pvc://" + d.ClaimName + "/" + backup.ClaimPath(c.Name, d, b.Name)
 	r.running(b, now, src, location)
 	pod := r.backupPod(b, c, d, src)
 	if err := controllerutil.SetControllerReference(b, pod, r.Scheme); err != nil {
@@ -175,7 +173,7 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 				Command: []string{"/usr/local/bin/etcd-pilot"},
 				Args: []string{"snapshot", "--endpoint=" + endpoint, "--member=" + src.Member.Name,
 					"--member-id=" + etcd.FormatID(src.Member.ID), fmt.Sprintf("--applied-index=%d", src.Committed),
-					"--dir=" + backupMountPath, "--key=" + claimPath(c.Name, d, b.Name),
+					"--dir=" + backup.ClaimMountPath, "--key=" + backup.ClaimPath(c.Name, d, b.Name),
 					"--timeout=" + r.Timeout.String()},
 				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -184,7 +182,7 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "backup", MountPath: backupMountPath}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "backup", MountPath: backup.ClaimMountPath}},
 			}},
 			Volumes: []corev1.Volume{{Name: "backup", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.ClaimName}}}},

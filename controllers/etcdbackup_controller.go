@@ -169,7 +169,7 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 		}
 		return r.retry(b, now, v1alpha1.ReasonUploadFailed, err.Error())
 	}
-	key := backupKey(b.Name)
+	key := backup.ObjectKey(b.Name)
 	// Record the attempt before streaming: a crash mid-stream shows as a Running backup that
 	// the next pass tries again, overwriting the same key.
 	r.running(b, now, src, store.Location(key))

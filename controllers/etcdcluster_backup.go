@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
@@ -192,7 +193,7 @@ func (r *EtcdClusterReconciler) deleteBackupObject(ctx context.Context, c *v1alp
 		if err != nil {
 			return fmt.Errorf("failed to delete the snapshot of EtcdBackup %s: %w", b.Name, err)
 		}
-		if err := store.Delete(ctx, backupKey(b.Name)); err != nil {
+		if err := store.Delete(ctx, backup.ObjectKey(b.Name)); err != nil {
 			return fmt.Errorf("failed to delete the snapshot of EtcdBackup %s: %w", b.Name, err)
 		}
 		return nil

@@ -546,10 +546,10 @@ func (r *EtcdClusterReconciler) backupSource(ctx context.Context, c *v1alpha1.Et
 		if k, ok := strings.CutPrefix(eb.Status.Location, "s3://"+d.S3.Bucket+"/"); ok && k != "" {
 			s.key = k
 		} else {
-			s.key = strings.Trim(s3Prefix(eb.Namespace, eb.Spec.ClusterName, d.S3), "/") + "/" + backupKey(eb.Name)
+			s.key = strings.Trim(backup.S3Prefix(eb.Namespace, eb.Spec.ClusterName, d.S3), "/") + "/" + backup.ObjectKey(eb.Name)
 		}
 	case d.PersistentVolumeClaim != nil:
-		s.claim, s.key = d.PersistentVolumeClaim.ClaimName, claimPath(eb.Spec.ClusterName, d.PersistentVolumeClaim, eb.Name)
+		s.claim, s.key = d.PersistentVolumeClaim.ClaimName, backup.ClaimPath(eb.Spec.ClusterName, d.PersistentVolumeClaim, eb.Name)
 	}
 	if s.Location == "" {
 		s.Location = eb.Name
@@ -804,18 +804,18 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 		args.S3Endpoint, args.S3Bucket, args.S3Key, args.S3Region = src.s3.Endpoint, src.s3.Bucket, src.key, src.s3.Region
 		sec := src.s3.CredentialsSecret.Name
 		env = []corev1.EnvVar{
-			secretEnv(backup.EnvS3AccessKeyID, sec, SecretKeyAccessKeyID, false),
-			secretEnv(backup.EnvS3SecretAccessKey, sec, SecretKeySecretAccessKey, false),
-			secretEnv(backup.EnvS3SessionToken, sec, SecretKeySessionToken, true),
+			secretEnv(backup.EnvS3AccessKeyID, sec, backup.SecretKeyAccessKeyID, false),
+			secretEnv(backup.EnvS3SecretAccessKey, sec, backup.SecretKeySecretAccessKey, false),
+			secretEnv(backup.EnvS3SessionToken, sec, backup.SecretKeySessionToken, true),
 		}
 		if src.s3.CABundle != "" {
 			env = append(env, corev1.EnvVar{Name: backup.EnvS3CABundle, Value: src.s3.CABundle})
 		}
 	case src.claim != "":
-		args.File = backupMountPath + "/" + src.key
+		args.File = backup.ClaimMountPath + "/" + src.key
 		volumes = append(volumes, corev1.Volume{Name: "backup", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.claim, ReadOnly: true}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "backup", MountPath: backupMountPath, ReadOnly: true})
+		mounts = append(mounts, corev1.VolumeMount{Name: "backup", MountPath: backup.ClaimMountPath, ReadOnly: true})
 	default:
 		return fmt.Errorf("the restore's source %s has neither an S3 object nor a claim", rec.Location)
 	}

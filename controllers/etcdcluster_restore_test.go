@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -353,7 +354,7 @@ func (h *restoreHarness) cluster(t *testing.T) *v1alpha1.EtcdCluster {
 func (h *restoreHarness) createCredentials(t *testing.T) {
 	t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: restoreSecret},
-		StringData: map[string]string{controllers.SecretKeyAccessKeyID: restoreAccessKey, controllers.SecretKeySecretAccessKey: restoreSecretKey}}
+		StringData: map[string]string{backup.SecretKeyAccessKeyID: restoreAccessKey, backup.SecretKeySecretAccessKey: restoreSecretKey}}
 	if err := h.env.Client.Create(h.ctx(), sec); err != nil {
 		t.Fatal(err)
 	}

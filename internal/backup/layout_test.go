@@ -1,4 +1,4 @@
-package controllers
+package backup
 
 import (
 	"testing"
@@ -19,7 +19,7 @@ func TestClaimPathStaysUnderTheRoot(t *testing.T) {
 		{"..", "etcd/b1.db"},
 		{"a/./b//c", "a/b/c/b1.db"},
 	} {
-		got := claimPath("etcd", &v1alpha1.PVCDestination{Path: tc.path}, "b1")
+		got := ClaimPath("etcd", &v1alpha1.PVCDestination{Path: tc.path}, "b1")
 		if got != tc.want {
 			t.Errorf("claimPath(path %q) = %q, want %q", tc.path, got, tc.want)
 		}
