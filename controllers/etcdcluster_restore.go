@@ -29,7 +29,6 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
-	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 const (
@@ -376,7 +375,7 @@ func (r *EtcdClusterReconciler) restoreFounders(ctx context.Context, c *v1alpha1
 		f.ClaimStamped = f.ClaimExists && pvc.Annotations[MemberIDAnnotation] != ""
 		if id != "" {
 			pod := &corev1.Pod{}
-			err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: restorePodName(c.Name, id, k)}, pod)
+			err := r.apiReader().Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: restore.PodName(c.Name, id, k)}, pod)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("failed to get restore pod: %w", err)
 			}
@@ -413,11 +412,6 @@ func (r *EtcdClusterReconciler) stuckPod(ctx context.Context, p *corev1.Pod) (st
 		}
 	}
 	return "", nil
-}
-
-// restorePodName names founder k's restore pod of restore id.
-func restorePodName(cluster, id string, k int32) string {
-	return fmt.Sprintf("%s-restore-%s-%d", cluster, id[:min(len(id), 6)], k)
 }
 
 // restorePodMessage is what a failed restore pod says: the first failed container's
@@ -460,7 +454,7 @@ func (r *EtcdClusterReconciler) bootstrapSource(ctx context.Context, c *v1alpha1
 	if o := b.FromObject; o != nil {
 		s := snapshotSource{Source: restore.Source{Location: "s3://" + o.S3.Bucket + "/" + o.Key, SHA256: o.SHA256, EtcdVersion: o.EtcdVersion},
 			s3: &o.S3, key: o.Key}
-		return s, versionPairProblem(o.EtcdVersion, target), nil
+		return s, restore.VersionPairProblem(o.EtcdVersion, target), nil
 	}
 	eb := &v1alpha1.EtcdBackup{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: b.FromBackup.Name}, eb)
@@ -484,7 +478,7 @@ func (r *EtcdClusterReconciler) bootstrapSource(ctx context.Context, c *v1alpha1
 	if err != nil || problem != "" {
 		return s, problem, err
 	}
-	return s, versionPairProblem(eb.Status.EtcdVersion, target), nil
+	return s, restore.VersionPairProblem(eb.Status.EtcdVersion, target), nil
 }
 
 func orUnknown(s string) string {
@@ -492,24 +486,6 @@ func orUnknown(s string) string {
 		return "not started"
 	}
 	return s
-}
-
-// versionPairProblem says why a snapshot of etcd version from cannot be restored into etcd
-// version to: etcd restores a snapshot into the same minor or the next one.
-func versionPairProblem(from, to string) string {
-	if from == "" {
-		return ""
-	}
-	f, ferr := versions.Parse(from)
-	t, terr := versions.Parse(to)
-	if ferr != nil || terr != nil {
-		return fmt.Sprintf("the snapshot's etcd version %q or the cluster's %q is not a release version", from, to)
-	}
-	if f.Major == t.Major && (t.Minor == f.Minor || t.Minor == f.Minor+1) {
-		return ""
-	}
-	return fmt.Sprintf("a snapshot of etcd %s cannot be restored into etcd %s: etcd supports restoring into the same minor version or the next one; "+
-		"restore into %s and upgrade step by step", from, to, f.MinorString())
 }
 
 // backupSource resolves where an EtcdBackup's snapshot is: its own destination, else its
@@ -569,7 +545,7 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *v1alpha1.Et
 		// Only backups of this etcd cluster (its cluster ID: a cluster deleted and created again
 		// under the same name is another), of a version etcd restores into this one's.
 		if b.Spec.ClusterName == c.Name && b.Status.Phase == v1alpha1.BackupSucceeded && b.Status.CompletionTime != nil && b.Status.SHA256 != "" &&
-			(c.Status.ClusterID == "" || b.Status.ClusterID == c.Status.ClusterID) && versionPairProblem(b.Status.EtcdVersion, target) == "" {
+			(c.Status.ClusterID == "" || b.Status.ClusterID == c.Status.ClusterID) && restore.VersionPairProblem(b.Status.EtcdVersion, target) == "" {
 			ok = append(ok, b)
 		}
 	}
@@ -632,7 +608,7 @@ func (r *EtcdClusterReconciler) actRestore(ctx context.Context, c *v1alpha1.Etcd
 		err = r.runRestorePod(ctx, c, t, a.Member, srcs, desired)
 	case restore.DeleteRestorePod, restore.CleanUp:
 		k, _ := plan.Ordinal(t.StatefulSet, a.Member)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restorePodName(c.Name, c.Status.Restore.ID, k)}}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restore.PodName(c.Name, c.Status.Restore.ID, k)}}
 		err = client.IgnoreNotFound(r.Client.Delete(ctx, pod))
 		if err == nil && a.Record != nil {
 			c.Status.Restore = a.Record
@@ -827,7 +803,7 @@ func (r *EtcdClusterReconciler) runRestorePod(ctx context.Context, c *v1alpha1.E
 	tpl := sts.Spec.Template.Spec
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: c.Namespace, Name: restorePodName(c.Name, rec.ID, k),
+			Namespace: c.Namespace, Name: restore.PodName(c.Name, rec.ID, k),
 			Labels: map[string]string{
 				v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue,
 				"app.kubernetes.io/component": "restore", LabelRestore: rec.ID,

@@ -28,6 +28,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 // Step kinds of the restore planner.
@@ -189,6 +190,11 @@ func ID(clusterUID, cause, location, previous string) string {
 // Token is the cluster token of a restore: the restored cluster's ID derives from it, so it
 // differs from the lost cluster's.
 func Token(base, id string) string { return base + "-restore-" + id }
+
+// PodName names founder k's restore pod of restore id.
+func PodName(cluster, id string, k int32) string {
+	return fmt.Sprintf("%s-restore-%s-%d", cluster, id[:min(len(id), 6)], k)
+}
 
 func wait(reason, msg string) Action {
 	return Action{Step: plan.Step{Kind: plan.Wait, Reason: reason, Message: msg}}
@@ -441,4 +447,22 @@ func (o Observation) continueRestore() Action {
 		next.Message += "; writes after that backup are lost"
 	}
 	return Action{Step: plan.Step{Kind: FinishRestore, Reason: v1alpha1.ReasonRestored, Message: next.Message}, Record: &next}
+}
+
+// VersionPairProblem says why a snapshot of etcd version from cannot be restored into etcd
+// version to: etcd restores a snapshot into the same minor or the next one.
+func VersionPairProblem(from, to string) string {
+	if from == "" {
+		return ""
+	}
+	f, ferr := versions.Parse(from)
+	t, terr := versions.Parse(to)
+	if ferr != nil || terr != nil {
+		return fmt.Sprintf("the snapshot's etcd version %q or the cluster's %q is not a release version", from, to)
+	}
+	if f.Major == t.Major && (t.Minor == f.Minor || t.Minor == f.Minor+1) {
+		return ""
+	}
+	return fmt.Sprintf("a snapshot of etcd %s cannot be restored into etcd %s: etcd supports restoring into the same minor version or the next one; "+
+		"restore into %s and upgrade step by step", from, to, f.MinorString())
 }
