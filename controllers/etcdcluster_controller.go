@@ -120,7 +120,7 @@ type EtcdClusterReconciler struct {
 	// compacted remembers the revision each cluster was last compacted to (maintenance).
 	compacted compactions
 	// quorumLoss remembers since when each cluster has been without quorum (restore).
-	quorumLoss lostQuorum
+	quorumLoss observe.LostQuorum
 
 	// missingSince remembers since when member pods have been missing (see missingPods).
 	missingMu    sync.Mutex

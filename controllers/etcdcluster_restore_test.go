@@ -30,6 +30,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
@@ -472,7 +473,7 @@ func (h *restoreHarness) untilRestorePhase(t *testing.T, phase v1alpha1.RestoreP
 func (h *restoreHarness) restorePods(t *testing.T) []corev1.Pod {
 	t.Helper()
 	pods := &corev1.PodList{}
-	if err := h.env.Client.List(h.ctx(), pods, client.InNamespace(h.ns), client.HasLabels{controllers.LabelRestore}); err != nil {
+	if err := h.env.Client.List(h.ctx(), pods, client.InNamespace(h.ns), client.HasLabels{execute.LabelRestore}); err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
@@ -594,7 +595,7 @@ func (h *restoreHarness) wantRestorePods(t *testing.T, id string, pods []*corev1
 
 	for k, p := range pods {
 		member := fmt.Sprintf("etcd-%d", k)
-		if p.Labels[v1alpha1.LabelCluster] != "etcd" || p.Labels[controllers.LabelRestore] != id {
+		if p.Labels[v1alpha1.LabelCluster] != "etcd" || p.Labels[execute.LabelRestore] != id {
 			t.Fatalf("%s labels %v", p.Name, p.Labels)
 		}
 		if p.Spec.RestartPolicy != corev1.RestartPolicyNever {
