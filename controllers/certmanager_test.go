@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // certManagerCRDs is the folder of cert-manager's CRDs that hack/build-certmanager.sh puts
@@ -103,7 +103,7 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 	for _, name := range names {
 		eventually(t, timeout, "Certificate "+name, func() error {
 			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(controllers.CertificateGVK)
+			u.SetGroupVersionKind(render.CertificateGVK)
 			return getObject(ns, name, u)
 		})
 	}
@@ -123,7 +123,7 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 	reqs := map[string]certs.Request{
 		"etcd-peer-tls":            {CommonName: "etcd-peer", DNSNames: dns, Server: true, Client: true, Validity: time.Hour},
 		"etcd-server-tls":          {CommonName: "etcd-server", DNSNames: dns, Server: true, Client: true, Validity: time.Hour},
-		"etcd-operator-client-tls": {CommonName: controllers.OperatorCommonName, Client: true, Validity: time.Hour},
+		"etcd-operator-client-tls": {CommonName: render.OperatorCommonName, Client: true, Validity: time.Hour},
 	}
 	for _, name := range names {
 		p, err := certs.Issue(ca, reqs[name], now)
@@ -158,7 +158,7 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 	// unchanged Certificate was never written again.
 	for _, name := range names {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(controllers.CertificateGVK)
+		u.SetGroupVersionKind(render.CertificateGVK)
 		if err := getObject(ns, name, u); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 	for _, name := range []string{"etcd-server-tls", "etcd-operator-client-tls"} {
 		eventually(t, timeout, "Certificate "+name+" deleted", func() error {
 			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(controllers.CertificateGVK)
+			u.SetGroupVersionKind(render.CertificateGVK)
 			if err := getObject(ns, name, u); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("still there (%v)", err)
 			}
@@ -199,7 +199,7 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 		})
 	}
 	peer := &unstructured.Unstructured{}
-	peer.SetGroupVersionKind(controllers.CertificateGVK)
+	peer.SetGroupVersionKind(render.CertificateGVK)
 	if err := getObject(ns, "etcd-peer-tls", peer); err != nil {
 		t.Fatalf("the peer's Certificate: %v", err)
 	}

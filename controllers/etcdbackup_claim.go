@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -192,7 +193,7 @@ func (r *EtcdBackupReconciler) backupPod(b *v1alpha1.EtcdBackup, c *v1alpha1.Etc
 		// The pod presents the operator's client certificate, mounted from its Secret.
 		secret := v1alpha1.OperatorTLSSecretName(c.Name)
 		if render.ClientTLSEnabled(c) {
-			secret = operatorTLSSecret(c)
+			secret = observe.OperatorTLSSecret(c)
 		}
 		ctr := &pod.Spec.Containers[0]
 		ctr.Args = append(ctr.Args, "--tls-dir="+agentTLSPath)

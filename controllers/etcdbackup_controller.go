@@ -223,7 +223,7 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	t := render.TopologyOf(c, desired)
 	if render.ClientTLSEnabled(c) {
-		cfg, err := loadClientTLS(ctx, r.Client, r.apiReader(), c)
+		cfg, err := observe.LoadClientTLS(ctx, r.Client, r.apiReader(), c)
 		if err != nil {
 			return backupplan.Source{}, nil, "", err
 		}
@@ -231,12 +231,12 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	// During a switch of the client port between plain and TLS: the scheme every member
 	// accepts.
-	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, t.TLS)
+	sw, err := observe.ReadClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, t.TLS)
 	if err != nil {
 		return backupplan.Source{}, nil, "", err
 	}
-	t.ClientScheme = sw.decision.Dial
-	t.TLS = dialTLS(ctx, r.Client, c, t.ClientScheme, t.TLS)
+	t.ClientScheme = sw.Decision.Dial
+	t.TLS = observe.DialTLS(ctx, r.Client, c, t.ClientScheme, t.TLS)
 	o := observe.Observation{}
 	if err := observe.Members(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
 		return backupplan.Source{}, nil, "", err

@@ -2,20 +2,16 @@ package controllers
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/certs"
-	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
@@ -30,194 +26,6 @@ func certManagerCluster(mutate func(*v1alpha1.TLSSpec)) *v1alpha1.EtcdCluster {
 		mutate(c.Spec.TLS)
 	}
 	return c
-}
-
-func strs(t *testing.T, u *unstr.Unstructured, path ...string) []string {
-	t.Helper()
-	v, _, err := unstr.NestedStringSlice(u.Object, path...)
-	if err != nil {
-		t.Fatalf("%v: %v", path, err)
-	}
-	return v
-}
-
-func str(u *unstr.Unstructured, path ...string) string {
-	v, _, _ := unstr.NestedString(u.Object, path...)
-	return v
-}
-
-// The Certificates ask cert-manager for what the Operator source issues: the same Secrets,
-// common names, DNS names and IPs, usages, lifetimes, with the side's issuer.
-func TestCertManagerCertificates(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		mutate     func(*v1alpha1.TLSSpec)
-		wantSecret []string
-		check      func(t *testing.T, byName map[string]*unstr.Unstructured)
-	}{
-		{name: "both sides", wantSecret: []string{"etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"},
-			check: func(t *testing.T, by map[string]*unstr.Unstructured) {
-				peer, server, op := by["etcd-peer-tls"], by["etcd-server-tls"], by["etcd-operator-client-tls"]
-				if got := strs(t, peer, "spec", "usages"); !slices.Equal(got, []string{"digital signature", "server auth", "client auth"}) {
-					t.Errorf("peer usages %v", got)
-				}
-				if got := strs(t, op, "spec", "usages"); !slices.Equal(got, []string{"digital signature", "client auth"}) {
-					t.Errorf("operator usages %v", got)
-				}
-				if str(op, "spec", "commonName") != OperatorCommonName || len(strs(t, op, "spec", "dnsNames")) != 0 {
-					t.Errorf("operator certificate: %v", op.Object["spec"])
-				}
-				dns := strs(t, server, "spec", "dnsNames")
-				for _, want := range []string{"*.etcd.ns.svc", "*.etcd.ns.svc.cluster.local", "etcd-client.ns.svc", "etcd.example"} {
-					if !slices.Contains(dns, want) {
-						t.Errorf("server dnsNames %v lack %s", dns, want)
-					}
-				}
-				if got := strs(t, server, "spec", "ipAddresses"); !slices.Equal(got, []string{"10.0.0.7"}) {
-					t.Errorf("server ipAddresses %v", got)
-				}
-				if str(peer, "spec", "issuerRef", "kind") != "Issuer" || str(peer, "spec", "issuerRef", "group") != "cert-manager.io" || str(peer, "spec", "issuerRef", "name") != "ca" {
-					t.Errorf("peer issuerRef defaults: %v", peer.Object["spec"])
-				}
-				if str(server, "spec", "issuerRef", "kind") != "ClusterIssuer" || str(server, "spec", "issuerRef", "name") != "root" {
-					t.Errorf("server issuerRef: %v", server.Object["spec"])
-				}
-				for name, u := range by {
-					if str(u, "spec", "secretName") != name || str(u, "spec", "duration") != "2160h0m0s" || str(u, "spec", "renewBefore") != "" {
-						t.Errorf("%s: secretName, duration or renewBefore: %v", name, u.Object["spec"])
-					}
-					if str(u, "spec", "privateKey", "algorithm") != "ECDSA" || str(u, "spec", "privateKey", "rotationPolicy") != "Always" {
-						t.Errorf("%s privateKey: %v", name, u.Object["spec"])
-					}
-					if l, _, _ := unstr.NestedStringMap(u.Object, "spec", "secretTemplate", "labels"); l[v1alpha1.LabelCluster] != "etcd" || l[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
-						t.Errorf("%s: the Secret would not be labelled for the operator's cache: %v", name, l)
-					}
-					if refs := u.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "uid-1" || refs[0].Controller == nil || !*refs[0].Controller {
-						t.Errorf("%s owner references %+v", name, refs)
-					}
-					if u.GroupVersionKind() != CertificateGVK || u.GetNamespace() != "ns" {
-						t.Errorf("%s: %v in %s", name, u.GroupVersionKind(), u.GetNamespace())
-					}
-				}
-			}},
-		{name: "peer only from cert-manager, client from the operator", wantSecret: []string{"etcd-peer-tls"},
-			mutate: func(s *v1alpha1.TLSSpec) { s.Client = &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator} }},
-		{name: "client only, with lifetimes", wantSecret: []string{"etcd-server-tls", "etcd-operator-client-tls"},
-			mutate: func(s *v1alpha1.TLSSpec) {
-				s.Peer = nil
-				s.CertificateDuration = &metav1.Duration{Duration: 48 * time.Hour}
-				s.RenewBefore = &metav1.Duration{Duration: 12 * time.Hour}
-			},
-			check: func(t *testing.T, by map[string]*unstr.Unstructured) {
-				for name, u := range by {
-					if str(u, "spec", "duration") != "48h0m0s" || str(u, "spec", "renewBefore") != "12h0m0s" {
-						t.Errorf("%s: %v", name, u.Object["spec"])
-					}
-				}
-			}},
-		{name: "no side from cert-manager", mutate: func(s *v1alpha1.TLSSpec) {
-			s.Peer.Source, s.Peer.IssuerRef = v1alpha1.TLSSourceSecret, nil
-			s.Client.Source, s.Client.IssuerRef = "", nil
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := certManagerCluster(tc.mutate)
-			topo := render.TopologyOf(c, nil)
-			by := map[string]*unstr.Unstructured{}
-			var names []string
-			_, renewBefore := leafTimes(c)
-			for _, l := range certManagerLeaves(c, topo) {
-				u := certManagerCertificate(c, l, renewBefore)
-				by[u.GetName()] = u
-				names = append(names, u.GetName())
-			}
-			if !slices.Equal(names, tc.wantSecret) {
-				t.Fatalf("Certificates %v, want %v", names, tc.wantSecret)
-			}
-			// The operator issues the other sides: no Secret is asked of both.
-			want, _ := operatorCertificates(c, topo)
-			for _, l := range want.Leaves {
-				if by[l.Secret] != nil {
-					t.Errorf("%s is asked of cert-manager and issued by the operator", l.Secret)
-				}
-			}
-			if tc.check != nil {
-				tc.check(t, by)
-			}
-		})
-	}
-}
-
-// What the operator says about the Secret cert-manager keeps: missing, invalid, stale names,
-// or usable.
-func TestCertManagerProblem(t *testing.T) {
-	now := time.Now()
-	ca, err := certs.NewCA("issuer CA", now, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := certs.NewCA("another CA", now, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := certs.Request{CommonName: "etcd-peer", DNSNames: []string{"*.etcd.ns.svc"}, Server: true, Client: true, Validity: time.Hour}
-	leaf := certificates.Leaf{Secret: "etcd-peer-tls", Request: req}
-	issue := func(from certs.KeyPair, r certs.Request) certificates.Material {
-		p, err := certs.Issue(from, r, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return certificates.Material{Cert: p.Cert, Key: p.Key, CA: from.Cert}
-	}
-	notReady := &unstr.Unstructured{Object: map[string]any{"status": map[string]any{"conditions": []any{
-		map[string]any{"type": "Issuing", "status": "True"},
-		map[string]any{"type": "Ready", "status": "False", "reason": "DoesNotExist", "message": "Issuing certificate as Secret does not exist"},
-	}}}}
-	good := issue(ca, req)
-	serverOnly := req
-	serverOnly.Client = false
-	fewerNames := req
-	fewerNames.DNSNames = nil
-	for _, tc := range []struct {
-		name  string
-		cert  *unstr.Unstructured
-		m     certificates.Material
-		found bool
-		want  []string // "" for none
-		// waits: cert-manager is expected to fix it by itself (Reconciling, not Stalled).
-		waits bool
-	}{
-		{name: "just created, no Secret", want: []string{"Secret ns/etcd-peer-tls of Certificate ns/etcd-peer-tls does not exist yet", "Certificate just created"}, waits: true},
-		{name: "no Secret, not ready", cert: notReady, want: []string{"does not exist yet", "Ready=False, DoesNotExist: Issuing certificate as Secret does not exist"}, waits: true},
-		{name: "no Secret, no status", cert: &unstr.Unstructured{Object: map[string]any{}}, want: []string{"is cert-manager's controller running?"}, waits: true},
-		{name: "usable", cert: notReady, m: good, found: true},
-		{name: "no ca.crt", m: certificates.Material{Cert: good.Cert, Key: good.Key}, found: true, want: []string{"cannot be used", "no CA"}},
-		{name: "another CA in ca.crt", m: certificates.Material{Cert: good.Cert, Key: good.Key, CA: other.Cert}, found: true, want: []string{"cannot be used"}},
-		{name: "key of another certificate", m: certificates.Material{Cert: good.Cert, Key: issue(ca, req).Key, CA: ca.Cert}, found: true, want: []string{"cannot be used", "do not match"}},
-		{name: "server usage only", m: issue(ca, serverOnly), found: true, want: []string{"cannot be used"}},
-		{name: "names not yet covered", cert: notReady, m: issue(ca, fewerNames), found: true, want: []string{"does not name everything", "cert-manager issues it again", "Ready=False"}, waits: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, waits := certManagerProblem("ns", leaf, tc.cert, tc.m, tc.found, now)
-			if waits != tc.waits {
-				t.Fatalf("waits %v, want %v (problem %q)", waits, tc.waits, got)
-			}
-			if len(tc.want) == 0 {
-				if got != "" {
-					t.Fatalf("problem %q, want none", got)
-				}
-				return
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Fatalf("problem %q lacks %q", got, w)
-				}
-			}
-			if strings.Contains(got, "BEGIN ") {
-				t.Fatalf("problem carries PEM: %q", got)
-			}
-		})
-	}
 }
 
 // Without cert-manager's CRDs the pass says to install it and creates nothing.

@@ -45,6 +45,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/tlsswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -289,7 +290,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			specErr, obs.SpecErr = err, err
 			if render.ClientTLSEnabled(c) {
 				// Status is still read from etcd, with the client certificate there is.
-				cfg, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
+				cfg, _ = observe.LoadClientTLS(ctx, r.Client, r.apiReader(), c)
 			}
 		case err != nil:
 			return ctrl.Result{}, err
@@ -299,26 +300,26 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	} else if render.ClientTLSEnabled(c) {
 		// Paused, or a spec that cannot be rendered: no certificate is issued, but status is
 		// still read from etcd with the certificate there is.
-		topo.TLS, _ = loadClientTLS(ctx, r.Client, r.apiReader(), c)
+		topo.TLS, _ = observe.LoadClientTLS(ctx, r.Client, r.apiReader(), c)
 	}
 	// The client port's phase: the target, or the step towards it every member can take.
-	sw, err := decideClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo, topo.TLS)
+	sw, err := observe.ReadClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo, topo.TLS)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	topo.ClientScheme = sw.decision.Dial
-	topo.TLS = dialTLS(ctx, r.Client, c, topo.ClientScheme, topo.TLS)
+	topo.ClientScheme = sw.Decision.Dial
+	topo.TLS = observe.DialTLS(ctx, r.Client, c, topo.ClientScheme, topo.TLS)
 	// The peer side's phase: the target, or the listeners and advertised URL of the step
 	// towards it that keeps every member reachable at its URL in etcd's member list.
-	ps, err := decidePeerSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo)
+	ps, err := observe.ReadPeerSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	phase := values.Phase{}
-	if sw.decision.Render != values.ClientTarget(c) {
-		phase = sw.phase()
+	if sw.Decision.Render != values.ClientTarget(c) {
+		phase = sw.Phase()
 	}
-	phase.Peer = ps.phase()
+	phase.Peer = ps.Phase()
 	if specErr == nil && (phase.Client != "" || phase.Peer != nil) {
 		desired, specErr = render.DesiredAt(renderer, c, r.Operator, phase)
 		obs.SpecErr = specErr
@@ -333,23 +334,23 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			return ctrl.Result{}, err
 		}
 	}
-	if ps.decision.Switching {
+	if ps.Decision.Switching {
 		// A member that joins during the switch is added at the URL every member pod can
 		// reach, which is not always the one the template advertises (see peerswitch.Join).
-		topo.PeerURLTemplate = ps.joinURLTemplate(topo)
+		topo.PeerURLTemplate = ps.JoinURLTemplate(topo)
 	}
 	c.Status.TLSTransition = nil
-	if st := tlsswitch.Status(sw.obs, sw.decision); st != nil {
+	if st := tlsswitch.Status(sw.Obs, sw.Decision); st != nil {
 		c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{Client: st}
-		obs.ClientSwitch, obs.ClientSwitchHeld = st.Message, sw.decision.HeldForAuth
+		obs.ClientSwitch, obs.ClientSwitchHeld = st.Message, sw.Decision.HeldForAuth
 	}
-	var peerRuns *peerSwitch // the peer switch, when one runs
-	if st := ps.status(); st != nil {
+	var peerRuns *observe.PeerSwitch // the peer switch, when one runs
+	if st := peerswitch.Status(ps.Obs, ps.Decision); st != nil {
 		if c.Status.TLSTransition == nil {
 			c.Status.TLSTransition = &v1alpha1.TLSTransitionStatus{}
 		}
 		c.Status.TLSTransition.Peer = st
-		obs.PeerSwitch, peerRuns = &ps.decision, &ps
+		obs.PeerSwitch, peerRuns = &ps.Decision, &ps
 	}
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {

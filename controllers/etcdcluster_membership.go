@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/status"
@@ -63,7 +64,7 @@ const (
 
 // reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
 // StatefulSet's replicas, and carries out at most one membership step.
-func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, ps *peerSwitch) (plan.Step, error) {
+func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, ps *observe.PeerSwitch) (plan.Step, error) {
 	mo, err := r.memberObservation(ctx, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
@@ -105,7 +106,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	if a, err = r.authStep(ctx, c, t, mo.Etcd, a); err != nil {
 		return a, err
 	}
-	a = peerStep(t, ps, a)
+	a = peerswitch.Step(a, o.PeerSwitch, t.PeerPort, t.PeerTransitionPort)
 	if err := r.ensureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
@@ -116,7 +117,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	ev.Defragmentation = defrag
 	if a.Kind == plan.UpdatePeerURL && mo.Etcd != nil {
 		// The gate's evidence that the member serves its new URL: ask it there, now.
-		ev.PeerURLAnswers = map[string]string{a.PeerURL: r.askPeer(ctx, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, ps.secret(c))}
+		ev.PeerURLAnswers = map[string]string{a.PeerURL: observe.AskPeer(ctx, r.Client, r.apiReader(), r.EtcdTimeout, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, ps.Secret(c))}
 	}
 	a = plan.Gate(a, ev)
 	return a, r.act(ctx, c, t, mo, a)

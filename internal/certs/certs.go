@@ -31,6 +31,12 @@ const (
 	CAKey   = "ca.crt"
 )
 
+// Keys of the next CA in the CA Secret during a rotation.
+const (
+	NextCertKey = "next.crt"
+	NextKeyKey  = "next.key"
+)
+
 // KeyPair is a PEM certificate and its PEM private key.
 type KeyPair struct {
 	Cert []byte

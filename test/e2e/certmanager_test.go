@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // certManagerDir builds (once, cached) cert-manager's controllers and CRDs
@@ -227,7 +227,7 @@ func TestTLSClusterWithCertManagerIssuer(t *testing.T) {
 	caSec := getSecret(t, ns, "e2e-ca")
 	for _, name := range []string{"etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"} {
 		crt := &unstructured.Unstructured{}
-		crt.SetGroupVersionKind(controllers.CertificateGVK)
+		crt.SetGroupVersionKind(render.CertificateGVK)
 		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, crt); err != nil {
 			t.Fatalf("Certificate %s: %v", name, err)
 		}

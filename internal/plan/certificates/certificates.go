@@ -255,3 +255,12 @@ func RenewAt(c *x509.Certificate, renewBefore time.Duration) time.Time {
 	}
 	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3)
 }
+
+// Rotating reports whether a CA rotation is under way in the CA Secret's material.
+func Rotating(m Material) bool {
+	if len(m.NextCert) > 0 {
+		return true
+	}
+	all, err := certs.ParseAll(m.CA)
+	return err == nil && len(all) > 1
+}

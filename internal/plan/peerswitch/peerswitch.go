@@ -31,6 +31,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 )
 
 // Schemes of the peer listeners.
@@ -139,6 +141,9 @@ type Observation struct {
 	// not answer. Decide asks for it (NeedMembers) whenever the template or a pod serves
 	// anything but the target.
 	Members []Member
+	// MembersErr says why Members is nil although Decide asked for it (etcd did not answer):
+	// Decide adds it to the message that asks for the member list.
+	MembersErr string
 }
 
 // Update is a member whose peer URL moves, with etcd's MemberUpdate.
@@ -204,6 +209,9 @@ func Decide(o Observation) Decision {
 	if o.Members == nil {
 		hold.NeedMembers = true
 		hold.Message = fmt.Sprintf("the pod template serves %s; reading etcd's member list before it moves to %s", o.Template, only)
+		if o.MembersErr != "" {
+			hold.Message += fmt.Sprintf(" (%s)", o.MembersErr)
+		}
 		return hold
 	}
 	var wrong, right, onTransition []Member
@@ -338,4 +346,22 @@ func MovedURL(from string, k Kind, peerPort, transitionPort int32) (string, erro
 		port = transitionPort
 	}
 	return (&url.URL{Scheme: k.Scheme, Host: net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port)))}).String(), nil
+}
+
+// Status is status.tlsTransition's peer side for decision d, nil when no switch runs.
+func Status(o Observation, d Decision) *v1alpha1.PeerTLSTransition {
+	if !d.Switching {
+		return nil
+	}
+	st := &v1alpha1.PeerTLSTransition{PeerPort: d.Render.Main, TransitionPort: d.Render.Transition, Target: o.Target,
+		Members: int32(len(o.Members)), Message: d.Message}
+	goal := Kind{Scheme: o.Target}
+	for _, m := range o.Members {
+		if len(m.PeerURLs) == 1 {
+			if k, ok := KindOf(m.PeerURLs[0], o.PeerPort); ok && k == goal {
+				st.MembersOnTarget++
+			}
+		}
+	}
+	return st
 }

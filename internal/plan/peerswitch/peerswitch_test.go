@@ -66,6 +66,8 @@ func TestDecide(t *testing.T) {
 		{name: "settled TLS", o: Observation{Target: HTTPS, Template: &tlsOnly, Pods: pods(tlsOnly, tlsOnly)}, render: tlsOnly, advertise: httpsMain},
 		{name: "TLS asked: the member list is read first", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain)},
 			render: plain, advertise: httpMain, need: true, switching: true},
+		{name: "TLS asked: the member list unread says why", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain), MembersErr: "etcd: context deadline exceeded"},
+			render: plain, advertise: httpMain, need: true, switching: true, msgContain: "reading etcd's member list before it moves to https on the peer port (etcd: context deadline exceeded)"},
 		{name: "TLS asked: round 1 adds the TLS transition listener", o: Observation{Target: HTTPS, Template: &plain, Pods: pods(plain, plain, plain), Members: members(httpMain, httpMain, httpMain)},
 			render: a, advertise: httpsTr, join: httpMain, switching: true, msgContain: "not yet"},
 		{name: "round 1 half done: no URL moves", o: Observation{Target: HTTPS, Template: &a, Pods: pods(a, plain, a), Members: members(httpMain, httpMain, httpMain)},

@@ -98,6 +98,10 @@ type Observation struct {
 	// Members is etcd's member list read in this pass, nil when it was not read or etcd did
 	// not answer. Decide asks for it (NeedMembers) before it drops a scheme.
 	Members []Member
+	// MembersErr says why Members is nil although Decide asked for it (etcd did not answer,
+	// or there is no client certificate to ask with): Decide adds it to the message that asks
+	// for the member list.
+	MembersErr string
 	// Auth is etcd's authentication as read in this pass over TLS with the operator's client
 	// certificate. Decide asks for it (NeedAuth) before the operator stops dialing TLS.
 	Auth Auth
@@ -213,6 +217,9 @@ func Decide(o Observation) Decision {
 	case d.Message == "":
 		d.Message = fmt.Sprintf("moving the client port from %s to %s: the pod template serves %s, %d of %d member pods serve %s; the operator dials %s",
 			o.Template, o.Target, d.Render, countServing(o.Pods, render), len(o.Pods), d.Render, d.Dial)
+	}
+	if d.NeedMembers && o.MembersErr != "" {
+		d.Message += fmt.Sprintf(" (%s)", o.MembersErr)
 	}
 	return d
 }

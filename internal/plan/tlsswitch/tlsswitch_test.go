@@ -70,6 +70,18 @@ func TestDecide(t *testing.T) {
 			o: world(tlsOn, both, []v1alpha1.ClientTLSMode{plain, both, plain}, nil), render: both, dial: "http", switching: true},
 		{name: "every pod on both: etcd's member list is read first",
 			o: world(tlsOn, both, three(both), nil), render: both, dial: "https", needMembers: true, switching: true, msg: "reading etcd's member list"},
+		{name: "every pod on both, etcd's member list unread: says why",
+			o: func() Observation {
+				o := world(tlsOn, both, three(both), nil)
+				o.MembersErr = "etcd: context deadline exceeded"
+				return o
+			}(), render: both, dial: "https", needMembers: true, switching: true, msg: "reading etcd's member list before it moves to TLS (etcd: context deadline exceeded)"},
+		{name: "a reason unread with the member list read says nothing",
+			o: func() Observation {
+				o := world(tlsOn, both, three(both), three(both))
+				o.MembersErr = "stale"
+				return o
+			}(), render: tlsOn, dial: "https", switching: true},
 		{name: "a member has not published https yet: holds both",
 			o: world(tlsOn, both, three(both), []v1alpha1.ClientTLSMode{both, plain, both}), render: both, dial: "https", switching: true,
 			msg: "members e-1 have not published TLS client URLs"},

@@ -1,0 +1,211 @@
+package render
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+)
+
+// Defaults of the certificates the operator issues.
+const (
+	defaultCertificateDuration = 90 * 24 * time.Hour
+	caValidity                 = 10 * 365 * 24 * time.Hour
+)
+
+// OperatorCertificates is what the Operator source asks for: the CA and the leaves of the
+// sides whose source is Operator. ok is false when no side's source is Operator.
+func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology) (certificates.Want, bool) {
+	spec := c.Spec.TLS
+	want := certificates.Want{
+		CASecret: v1alpha1.CASecretName(c.Name), CACommonName: fmt.Sprintf("etcd-pilot CA of %s/%s", c.Namespace, c.Name),
+		CAValidity: caValidity,
+	}
+	_, want.RenewBefore = LeafTimes(c)
+	if p := spec.Peer; p != nil && SourceOf(p.Source) == v1alpha1.TLSSourceOperator {
+		want.Leaves = append(want.Leaves, leavesOf(c, t, sidePeer)...)
+	}
+	if cl := spec.Client; cl != nil && SourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
+		want.Leaves = append(want.Leaves, leavesOf(c, t, sideClient)...)
+	}
+	return want, len(want.Leaves) > 0
+}
+
+// SourceOf is a side's source, Operator when unset (the API's default).
+func SourceOf(s v1alpha1.TLSSource) v1alpha1.TLSSource {
+	if s == "" {
+		return v1alpha1.TLSSourceOperator
+	}
+	return s
+}
+
+// side is the peer or the client side of spec.tls.
+type side int
+
+const (
+	sidePeer side = iota
+	sideClient
+)
+
+// LeafTimes are the lifetime of the leaf certificates the operator issues or asks
+// cert-manager for, and how long before expiry they are renewed (0: at two thirds of their
+// lifetime).
+func LeafTimes(c *v1alpha1.EtcdCluster) (validity, renewBefore time.Duration) {
+	validity = defaultCertificateDuration
+	spec := c.Spec.TLS
+	if d := spec.CertificateDuration; d != nil && d.Duration > 0 {
+		validity = d.Duration
+	}
+	if d := spec.RenewBefore; d != nil && d.Duration > 0 && d.Duration < validity {
+		renewBefore = d.Duration
+	}
+	return validity, renewBefore
+}
+
+// leavesOf are the leaf certificates of one side, in the Secrets named after the cluster,
+// whichever source issues them (Operator or CertManager): the peer certificate, or the
+// members' server certificate and the operator's client certificate.
+func leavesOf(c *v1alpha1.EtcdCluster, t Topology, s side) []certificates.Leaf {
+	validity, _ := LeafTimes(c)
+	dns, ips := memberNames(c, t)
+	if s == sidePeer {
+		return []certificates.Leaf{{Secret: v1alpha1.PeerTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: c.Name + "-peer", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}}}
+	}
+	// etcd's gRPC gateway dials the member itself with the server certificate, so it is
+	// valid for client authentication too.
+	return []certificates.Leaf{
+		{Secret: v1alpha1.ServerTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: c.Name + "-server", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}},
+		{Secret: v1alpha1.OperatorTLSSecretName(c.Name), Request: certs.Request{
+			CommonName: OperatorCommonName, Client: true, Validity: validity}},
+	}
+}
+
+// OperatorCommonName is the subject common name of the client certificate the operator
+// presents (etcd takes it as the user name when authentication is on).
+const OperatorCommonName = "etcd-pilot"
+
+// memberNames are the names a member is reached by: every pod's DNS name (a wildcard below
+// the headless Service, with and without the cluster domain), the client Service's names, and
+// spec.tls.extraSANs (IP addresses among them go in as IPs).
+func memberNames(c *v1alpha1.EtcdCluster, t Topology) ([]string, []net.IP) {
+	short := fmt.Sprintf("%s.%s.svc", t.Service, t.Namespace)
+	dns := []string{"*." + short}
+	if t.DomainSuffix != "" && t.DomainSuffix != short {
+		dns = append(dns, "*."+t.DomainSuffix)
+	}
+	client := t.ClientService
+	dns = append(dns, client, client+"."+t.Namespace, client+"."+t.Namespace+".svc")
+	if t.ClusterDomain != "" {
+		dns = append(dns, client+"."+t.Namespace+".svc."+t.ClusterDomain)
+	}
+	var ips []net.IP
+	for _, s := range c.Spec.TLS.ExtraSANs {
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, s)
+		}
+	}
+	return dns, ips
+}
+
+// CertificateGVK is cert-manager's Certificate kind.
+var CertificateGVK = schema.GroupVersionKind{Group: v1alpha1.CertManagerGroup, Version: "v1", Kind: "Certificate"}
+
+// CertManagerCertificateAnnotation is on every Secret cert-manager writes: the name of its
+// Certificate.
+const CertManagerCertificateAnnotation = "cert-manager.io/certificate-name"
+
+// CertManagerLeaf is a certificate of a side whose source is CertManager, and its issuer.
+type CertManagerLeaf struct {
+	Leaf   certificates.Leaf
+	Issuer v1alpha1.IssuerReference
+}
+
+// CertManagerLeaves are the certificates the sides with source CertManager ask cert-manager
+// for: the same as the Operator source issues (see leavesOf).
+func CertManagerLeaves(c *v1alpha1.EtcdCluster, t Topology) []CertManagerLeaf {
+	var out []CertManagerLeaf
+	spec := c.Spec.TLS
+	if p := spec.Peer; p != nil && SourceOf(p.Source) == v1alpha1.TLSSourceCertManager && p.IssuerRef != nil {
+		for _, l := range leavesOf(c, t, sidePeer) {
+			out = append(out, CertManagerLeaf{Leaf: l, Issuer: *p.IssuerRef})
+		}
+	}
+	if cl := spec.Client; cl != nil && SourceOf(cl.Source) == v1alpha1.TLSSourceCertManager && cl.IssuerRef != nil {
+		for _, l := range leavesOf(c, t, sideClient) {
+			out = append(out, CertManagerLeaf{Leaf: l, Issuer: *cl.IssuerRef})
+		}
+	}
+	return out
+}
+
+// CertManagerCertificate is the cert-manager Certificate that asks for l: written by
+// cert-manager to the Secret of the same name, labelled so the operator's cache holds and
+// watches that Secret, owned by the cluster.
+func CertManagerCertificate(c *v1alpha1.EtcdCluster, l CertManagerLeaf, renewBefore time.Duration) *unstructured {
+	r := l.Leaf.Request
+	usages := []any{"digital signature"}
+	if r.Server {
+		usages = append(usages, "server auth")
+	}
+	if r.Client {
+		usages = append(usages, "client auth")
+	}
+	kind, group := l.Issuer.Kind, l.Issuer.Group
+	if kind == "" {
+		kind = v1alpha1.IssuerKindIssuer
+	}
+	if group == "" {
+		group = v1alpha1.CertManagerGroup
+	}
+	labels := map[string]any{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue}
+	spec := map[string]any{
+		"secretName": l.Leaf.Secret,
+		"commonName": r.CommonName,
+		"duration":   r.Validity.String(),
+		"usages":     usages,
+		// A new key at every issuance, as the Operator source does.
+		"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
+		"issuerRef":  map[string]any{"name": l.Issuer.Name, "kind": kind, "group": group},
+		// cert-manager puts these labels on the Secret.
+		"secretTemplate": map[string]any{"labels": labels},
+	}
+	if len(r.DNSNames) > 0 {
+		dns := make([]any, 0, len(r.DNSNames))
+		for _, n := range r.DNSNames {
+			dns = append(dns, n)
+		}
+		spec["dnsNames"] = dns
+	}
+	if len(r.IPs) > 0 {
+		ips := make([]any, 0, len(r.IPs))
+		for _, ip := range r.IPs {
+			ips = append(ips, ip.String())
+		}
+		spec["ipAddresses"] = ips
+	}
+	if renewBefore > 0 {
+		spec["renewBefore"] = renewBefore.String()
+	}
+	owner, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ptr.To(OwnerRef(c)))
+	u := &unstructured{Object: map[string]any{
+		"metadata": map[string]any{
+			"name": l.Leaf.Secret, "namespace": c.Namespace,
+			"labels":          map[string]any{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+			"ownerReferences": []any{owner},
+		},
+		"spec": spec,
+	}}
+	u.SetGroupVersionKind(CertificateGVK)
+	return u
+}

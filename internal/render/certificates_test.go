@@ -1,0 +1,141 @@
+package render
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+)
+
+func certManagerCluster(mutate func(*v1alpha1.TLSSpec)) *v1alpha1.EtcdCluster {
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", UID: "uid-1"},
+		Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{
+			Peer:      &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}},
+			Client:    &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "root", Kind: v1alpha1.IssuerKindClusterIssuer, Group: "cert-manager.io"}},
+			ExtraSANs: []string{"etcd.example", "10.0.0.7"},
+		}}}
+	if mutate != nil {
+		mutate(c.Spec.TLS)
+	}
+	return c
+}
+
+func strs(t *testing.T, u *unstr.Unstructured, path ...string) []string {
+	t.Helper()
+	v, _, err := unstr.NestedStringSlice(u.Object, path...)
+	if err != nil {
+		t.Fatalf("%v: %v", path, err)
+	}
+	return v
+}
+
+func str(u *unstr.Unstructured, path ...string) string {
+	v, _, _ := unstr.NestedString(u.Object, path...)
+	return v
+}
+
+// The Certificates ask cert-manager for what the Operator source issues: the same Secrets,
+// common names, DNS names and IPs, usages, lifetimes, with the side's issuer.
+func TestCertManagerCertificates(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		mutate     func(*v1alpha1.TLSSpec)
+		wantSecret []string
+		check      func(t *testing.T, byName map[string]*unstr.Unstructured)
+	}{
+		{name: "both sides", wantSecret: []string{"etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"},
+			check: func(t *testing.T, by map[string]*unstr.Unstructured) {
+				peer, server, op := by["etcd-peer-tls"], by["etcd-server-tls"], by["etcd-operator-client-tls"]
+				if got := strs(t, peer, "spec", "usages"); !slices.Equal(got, []string{"digital signature", "server auth", "client auth"}) {
+					t.Errorf("peer usages %v", got)
+				}
+				if got := strs(t, op, "spec", "usages"); !slices.Equal(got, []string{"digital signature", "client auth"}) {
+					t.Errorf("operator usages %v", got)
+				}
+				if str(op, "spec", "commonName") != OperatorCommonName || len(strs(t, op, "spec", "dnsNames")) != 0 {
+					t.Errorf("operator certificate: %v", op.Object["spec"])
+				}
+				dns := strs(t, server, "spec", "dnsNames")
+				for _, want := range []string{"*.etcd.ns.svc", "*.etcd.ns.svc.cluster.local", "etcd-client.ns.svc", "etcd.example"} {
+					if !slices.Contains(dns, want) {
+						t.Errorf("server dnsNames %v lack %s", dns, want)
+					}
+				}
+				if got := strs(t, server, "spec", "ipAddresses"); !slices.Equal(got, []string{"10.0.0.7"}) {
+					t.Errorf("server ipAddresses %v", got)
+				}
+				if str(peer, "spec", "issuerRef", "kind") != "Issuer" || str(peer, "spec", "issuerRef", "group") != "cert-manager.io" || str(peer, "spec", "issuerRef", "name") != "ca" {
+					t.Errorf("peer issuerRef defaults: %v", peer.Object["spec"])
+				}
+				if str(server, "spec", "issuerRef", "kind") != "ClusterIssuer" || str(server, "spec", "issuerRef", "name") != "root" {
+					t.Errorf("server issuerRef: %v", server.Object["spec"])
+				}
+				for name, u := range by {
+					if str(u, "spec", "secretName") != name || str(u, "spec", "duration") != "2160h0m0s" || str(u, "spec", "renewBefore") != "" {
+						t.Errorf("%s: secretName, duration or renewBefore: %v", name, u.Object["spec"])
+					}
+					if str(u, "spec", "privateKey", "algorithm") != "ECDSA" || str(u, "spec", "privateKey", "rotationPolicy") != "Always" {
+						t.Errorf("%s privateKey: %v", name, u.Object["spec"])
+					}
+					if l, _, _ := unstr.NestedStringMap(u.Object, "spec", "secretTemplate", "labels"); l[v1alpha1.LabelCluster] != "etcd" || l[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
+						t.Errorf("%s: the Secret would not be labelled for the operator's cache: %v", name, l)
+					}
+					if refs := u.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "uid-1" || refs[0].Controller == nil || !*refs[0].Controller {
+						t.Errorf("%s owner references %+v", name, refs)
+					}
+					if u.GroupVersionKind() != CertificateGVK || u.GetNamespace() != "ns" {
+						t.Errorf("%s: %v in %s", name, u.GroupVersionKind(), u.GetNamespace())
+					}
+				}
+			}},
+		{name: "peer only from cert-manager, client from the operator", wantSecret: []string{"etcd-peer-tls"},
+			mutate: func(s *v1alpha1.TLSSpec) { s.Client = &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator} }},
+		{name: "client only, with lifetimes", wantSecret: []string{"etcd-server-tls", "etcd-operator-client-tls"},
+			mutate: func(s *v1alpha1.TLSSpec) {
+				s.Peer = nil
+				s.CertificateDuration = &metav1.Duration{Duration: 48 * time.Hour}
+				s.RenewBefore = &metav1.Duration{Duration: 12 * time.Hour}
+			},
+			check: func(t *testing.T, by map[string]*unstr.Unstructured) {
+				for name, u := range by {
+					if str(u, "spec", "duration") != "48h0m0s" || str(u, "spec", "renewBefore") != "12h0m0s" {
+						t.Errorf("%s: %v", name, u.Object["spec"])
+					}
+				}
+			}},
+		{name: "no side from cert-manager", mutate: func(s *v1alpha1.TLSSpec) {
+			s.Peer.Source, s.Peer.IssuerRef = v1alpha1.TLSSourceSecret, nil
+			s.Client.Source, s.Client.IssuerRef = "", nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := certManagerCluster(tc.mutate)
+			topo := TopologyOf(c, nil)
+			by := map[string]*unstr.Unstructured{}
+			var names []string
+			_, renewBefore := LeafTimes(c)
+			for _, l := range CertManagerLeaves(c, topo) {
+				u := CertManagerCertificate(c, l, renewBefore)
+				by[u.GetName()] = u
+				names = append(names, u.GetName())
+			}
+			if !slices.Equal(names, tc.wantSecret) {
+				t.Fatalf("Certificates %v, want %v", names, tc.wantSecret)
+			}
+			// The operator issues the other sides: no Secret is asked of both.
+			want, _ := OperatorCertificates(c, topo)
+			for _, l := range want.Leaves {
+				if by[l.Secret] != nil {
+					t.Errorf("%s is asked of cert-manager and issued by the operator", l.Secret)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, by)
+			}
+		})
+	}
+}
