@@ -15,6 +15,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -66,7 +67,7 @@ func storedRecord(t *testing.T, r *EtcdClusterReconciler, c *v1alpha1.EtcdCluste
 	if err := r.Client.Get(context.Background(), client.ObjectKeyFromObject(c), got); err != nil {
 		t.Fatal(err)
 	}
-	raw, ok := got.Annotations[DefragmentationAnnotation]
+	raw, ok := got.Annotations[observe.DefragmentationAnnotation]
 	return raw, ok
 }
 
@@ -84,7 +85,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	// The call outlives its client deadline: etcd goes on defragmenting.
 	f.ErrDefragment = map[string]error{ep1: context.DeadlineExceeded}
 	stale := c.DeepCopy()
-	if err := r.act(ctx, c, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, step); err == nil {
+	if err := r.exec.ExecuteMembership(ctx, c, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, step, &r.compacted); err == nil {
 		t.Fatal("a defragmentation past its deadline is no error")
 	}
 	raw, ok := storedRecord(t, r, c)
@@ -108,11 +109,11 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 		}
 	})
 	got := getFresh(t, r, c)
-	d, why, err := r.defragmentation(ctx, got, observeFake(t, f))
+	d, why, err := defragmentation(ctx, r, got, observeFake(t, f))
 	if err != nil || d == nil || !strings.Contains(why, "applied index stays at 1000 while the leader committed 1200") {
 		t.Fatalf("a frozen member's record: %+v %q %v", d, why, err)
 	}
-	mo := membership.Observation{Etcd: observeFake(t, f), StatefulSet: "etcd", Desired: 3, StsReplicas: 3, Bootstrapped: true, LearnerMaxLag: learnerMaxLag}
+	mo := membership.Observation{Etcd: observeFake(t, f), StatefulSet: "etcd", Desired: 3, StsReplicas: 3, Bootstrapped: true, LearnerMaxLag: membership.LearnerMaxLag}
 	for k := int32(0); k < 3; k++ {
 		mo.Pods = append(mo.Pods, plan.Pod{Name: fmt.Sprintf("etcd-%d", k), Ordinal: k, Exists: true, Running: true, Ready: true, NodeReady: true, PVCExists: true})
 	}
@@ -130,8 +131,8 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	// A second operator replica deciding from a stale read stores nothing and calls nothing.
 	f.ErrDefragment = nil
 	calls := f.CallCount("Defragment")
-	if err := r.act(ctx, stale, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, plan.Step{Kind: plan.Defragment, Member: "etcd-2", ID: 3,
-		Reason: v1alpha1.ReasonDefragmenting}); !apierrors.IsConflict(err) {
+	if err := r.exec.ExecuteMembership(ctx, stale, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, plan.Step{Kind: plan.Defragment, Member: "etcd-2", ID: 3,
+		Reason: v1alpha1.ReasonDefragmenting}, &r.compacted); !apierrors.IsConflict(err) {
 		t.Fatalf("a defragmentation decided from a stale read: %v, want a conflict", err)
 	}
 	if f.CallCount("Defragment") != calls {
@@ -145,7 +146,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 		sts[ep1] = st
 	})
 	got = getFresh(t, r, c)
-	if d, why, err := r.defragmentation(ctx, got, observeFake(t, f)); err != nil || d != nil || why != "" {
+	if d, why, err := defragmentation(ctx, r, got, observeFake(t, f)); err != nil || d != nil || why != "" {
 		t.Fatalf("a member that applies again: %+v %q %v", d, why, err)
 	}
 	if raw, ok := storedRecord(t, r, c); ok {
@@ -154,7 +155,7 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 
 	// A call that returns successfully removes its own record.
 	got = getFresh(t, r, c)
-	if err := r.act(ctx, got, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, step); err != nil {
+	if err := r.exec.ExecuteMembership(ctx, got, render.Topology{}, membership.Observation{Etcd: observeFake(t, f)}, step, &r.compacted); err != nil {
 		t.Fatal(err)
 	}
 	if raw, ok := storedRecord(t, r, c); ok {
@@ -163,6 +164,20 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 	if f.CallCount("Defragment") != calls+1 {
 		t.Fatalf("Defragment called %d times, want %d", f.CallCount("Defragment"), calls+1)
 	}
+}
+
+// defragmentation is a pass's look at the defragmentation record, as reconcileMembership
+// takes it: the record read with the EtcdCluster, removed by the executor when etcd shows it
+// over; one that stands is returned with what it waits for.
+func defragmentation(ctx context.Context, r *EtcdClusterReconciler, c *v1alpha1.EtcdCluster, e *etcd.Observed) (*plan.Defragmentation, string, error) {
+	d, why, over := observe.Defragmentation(c, e)
+	if !over {
+		return d, why, nil
+	}
+	if err := r.exec.EndDefragmentation(ctx, c, d, why); err != nil {
+		return nil, "", err
+	}
+	return nil, "", nil
 }
 
 func getFresh(t *testing.T, r *EtcdClusterReconciler, c *v1alpha1.EtcdCluster) *v1alpha1.EtcdCluster {

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -130,8 +130,8 @@ func formedCluster(t *testing.T, h *restoreHarness) *drHarness {
 			if err := h.get(fmt.Sprintf("data-etcd-%d", k), pvc); err != nil {
 				return err
 			}
-			if pvc.Annotations[controllers.MemberIDAnnotation] != etcd.FormatID(uint64(0xa0+k)) {
-				return fmt.Errorf("claim %s stamped %q", pvc.Name, pvc.Annotations[controllers.MemberIDAnnotation])
+			if pvc.Annotations[observe.MemberIDAnnotation] != etcd.FormatID(uint64(0xa0+k)) {
+				return fmt.Errorf("claim %s stamped %q", pvc.Name, pvc.Annotations[observe.MemberIDAnnotation])
 			}
 		}
 		cm := &corev1.ConfigMap{}
@@ -139,8 +139,8 @@ func formedCluster(t *testing.T, h *restoreHarness) *drHarness {
 			return err
 		}
 		var rec plan.MemberRecord
-		if err := json.Unmarshal([]byte(cm.Annotations[controllers.MembersAnnotation]), &rec); err != nil {
-			return fmt.Errorf("member record %q: %w", cm.Annotations[controllers.MembersAnnotation], err)
+		if err := json.Unmarshal([]byte(cm.Annotations[observe.MembersAnnotation]), &rec); err != nil {
+			return fmt.Errorf("member record %q: %w", cm.Annotations[observe.MembersAnnotation], err)
 		}
 		if len(rec.Voters()) != 3 || rec.ClusterID != 0xc1 {
 			return fmt.Errorf("member record %+v", rec)
@@ -345,7 +345,7 @@ func testRecoveryCountsTheRecordedVoters(t *testing.T, h *restoreHarness) {
 		if c.Annotations == nil {
 			c.Annotations = map[string]string{}
 		}
-		c.Annotations[controllers.IntentAnnotation] = string(raw)
+		c.Annotations[observe.IntentAnnotation] = string(raw)
 		return d.env.Client.Update(d.ctx(), c)
 	})
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -66,7 +67,7 @@ type EtcdBackupReconciler struct {
 	Recorder  events.EventRecorder
 	DialEtcd  etcd.Dialer
 	// OpenS3 opens S3 destinations; objstore.NewS3 when nil.
-	OpenS3 StoreOpener
+	OpenS3 execute.StoreOpener
 	// EtcdTimeout bounds each etcd call of an observation (default 3s).
 	EtcdTimeout time.Duration
 	// Timeout bounds one attempt (default DefaultBackupTimeout).
@@ -161,11 +162,11 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 	if why != "" {
 		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, why)
 	}
-	store, err := openS3(ctx, r.apiReader(), r.OpenS3, c.Namespace, c.Name, dest.S3)
+	store, err := execute.OpenS3(ctx, r.apiReader(), r.OpenS3, c.Namespace, c.Name, dest.S3)
 	if err != nil {
-		var ce *credentialsError
+		var ce *execute.CredentialsError
 		if errors.As(err, &ce) {
-			return r.fail(b, now, v1alpha1.ReasonCredentialsInvalid, ce.msg)
+			return r.fail(b, now, v1alpha1.ReasonCredentialsInvalid, ce.Msg)
 		}
 		return r.retry(b, now, v1alpha1.ReasonUploadFailed, err.Error())
 	}
@@ -262,7 +263,7 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 func (r *EtcdBackupReconciler) awaitApplied(ctx context.Context, e etcd.Observed, tlsCfg *tls.Config) (backupplan.Source, string) {
 	committed := e.Status[e.Leader()].RaftIndex
 	_, why, _ := backupplan.PickSource(e, committed)
-	cl, err := r.DialEtcd(ctx, clientURLs(&e), tlsCfg)
+	cl, err := r.DialEtcd(ctx, observe.ClientURLs(&e), tlsCfg)
 	if err != nil {
 		return backupplan.Source{}, why + "; " + err.Error()
 	}

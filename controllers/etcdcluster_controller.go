@@ -95,7 +95,7 @@ type EtcdClusterReconciler struct {
 	// called when the cluster is deleted.
 	ForgetEtcd func(uid string)
 	// OpenS3 opens S3 backup destinations (retention deletes there); objstore.NewS3 when nil.
-	OpenS3 StoreOpener
+	OpenS3 execute.StoreOpener
 	// AgentImage is the operator's own image, run by the restore pods.
 	AgentImage string
 	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods.
@@ -119,13 +119,12 @@ type EtcdClusterReconciler struct {
 	exec *execute.Executor
 
 	// compacted remembers the revision each cluster was last compacted to (maintenance).
-	compacted compactions
+	compacted observe.Compactions
 	// quorumLoss remembers since when each cluster has been without quorum (restore).
 	quorumLoss observe.LostQuorum
 
-	// missingSince remembers since when member pods have been missing (see missingPods).
-	missingMu    sync.Mutex
-	missingSince map[string]time.Time
+	// missing remembers since when member pods have been missing (see observe.MissingPods).
+	missing observe.MissingPods
 
 	// waker starts a pass when etcd shows what a waiting pass looked for (nil without a
 	// manager: then only the requeue does).
@@ -250,13 +249,13 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 	}
 	for _, t := range status.Transitions(before.Status.Conditions, after.Status.Conditions) {
 		// The condition's type is the action: the recorder merges events with the same type,
-		// reason and action into one series with the first one's note (see memberPod), and
-		// Stalled shares Degraded's reason.
+		// reason and action into one series with the first one's note (see
+		// execute.MemberPod), and Stalled shares Degraded's reason.
 		r.Recorder.Eventf(after, nil, t.EventType, t.Cond.Reason, t.Cond.Type, "%s is %s: %s", t.Cond.Type, t.Cond.Status, t.Cond.Message)
 	}
 	if n := after.Status.LeaderChanges - before.Status.LeaderChanges; n > 0 {
 		metrics.CountLeaderChanges(after, n)
-		r.Recorder.Eventf(after, memberPod(after.Namespace, after.Status.Leader), corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
+		r.Recorder.Eventf(after, execute.MemberPod(after.Namespace, after.Status.Leader), corev1.EventTypeNormal, "LeaderChanged", "LeaderChange", "%s (%s) leads now; %s (%s) led before (%d leader changes observed)",
 			after.Status.Leader, after.Status.LeaderID, before.Status.Leader, before.Status.LeaderID, after.Status.LeaderChanges)
 	}
 	return nil
@@ -354,7 +353,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	}
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {
-		applyErr = r.ensureFoundingConfig(ctx, c, topo)
+		applyErr = r.exec.EnsureFoundingConfig(ctx, c, topo)
 		if applyErr == nil {
 			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c))
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
@@ -21,7 +22,9 @@ func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
 // restore step. It returns a step of kind None when no restore is wanted or under way.
 func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, desired []*unstructured) (plan.Step, error) {
 	ro, srcs, ev, err := observe.Restore(ctx, observe.RestoreReads{
-		Client: r.Client, APIReader: r.apiReader(), MemberRecord: r.memberRecord, Founders: r.foundersFrom, QuorumLoss: &r.quorumLoss,
+		Client: r.Client, APIReader: r.apiReader(), MemberRecord: func(ctx context.Context, c *v1alpha1.EtcdCluster) (*plan.MemberRecord, error) {
+			return observe.MemberRecord(ctx, r.apiReader(), c)
+		}, Founders: observe.Founders, QuorumLoss: &r.quorumLoss,
 	}, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
@@ -32,14 +35,14 @@ func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha
 	}
 	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.Etcd, o.Answers, t.StatefulSet, ro.StsReplicas, render.SpecReplicas(c)
 	ev.Formed = c.Status.ClusterID != "" || (o.Etcd != nil && o.Etcd.Leader() != 0)
-	ev.PeerURL, ev.MaxLag = t.PeerURL, learnerMaxLag
+	ev.PeerURL, ev.MaxLag = t.PeerURL, membership.LearnerMaxLag
 	gated := plan.Gate(a.Step, ev)
 	if gated.Kind != a.Kind {
 		return gated, nil
 	}
 	// The membership writes a restore makes are still the reconciler's (etcdcluster_membership.go).
 	return a.Step, r.exec.Restore(ctx, c, t, ro, a, srcs, desired, execute.RestoreMembership{
-		ScaleStatefulSet: r.scaleStatefulSet, SetIntent: r.setIntent, ApplyConfig: r.applyMembershipConfig,
-		Founders: r.foundersFrom, FoundingList: foundingList,
+		ScaleStatefulSet: r.exec.ScaleStatefulSet, SetIntent: r.exec.SetIntent, ApplyConfig: r.exec.ApplyMembershipConfig,
+		Founders: observe.Founders, FoundingList: observe.FoundingList,
 	})
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
@@ -588,7 +589,7 @@ func (h *restoreHarness) wantRestorePods(t *testing.T, id string, pods []*corev1
 	if err := h.get("etcd-membership", cm); err != nil {
 		t.Fatal(err)
 	}
-	founders := cm.Annotations[controllers.FoundersAnnotation]
+	founders := cm.Annotations[observe.FoundersAnnotation]
 	if strings.Count(founders, "=") != 3 {
 		t.Fatalf("founding list %q", founders)
 	}

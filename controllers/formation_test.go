@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 )
 
 // TestResizeDuringFormationKeepsTheFounders (path 4 of issue 9): spec.replicas changes while
@@ -33,7 +33,7 @@ func TestResizeDuringFormationKeepsTheFounders(t *testing.T) {
 				if err := getObject(ns, "etcd", sts); err != nil {
 					return err
 				}
-				founders = cm.Annotations[controllers.FoundersAnnotation]
+				founders = cm.Annotations[observe.FoundersAnnotation]
 				if strings.Count(founders, "=") != 3 || cm.Data["ETCD_INITIAL_CLUSTER"] != founders || cm.Data["ETCD_INITIAL_CLUSTER_STATE"] != "new" ||
 					sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
 					return fmt.Errorf("founders %q, data %v, replicas %v", founders, cm.Data, sts.Spec.Replicas)
@@ -52,7 +52,7 @@ func TestResizeDuringFormationKeepsTheFounders(t *testing.T) {
 				if err := getObject(ns, "etcd", sts); err != nil {
 					t.Fatal(err)
 				}
-				if cm.Data["ETCD_INITIAL_CLUSTER"] != founders || cm.Annotations[controllers.FoundersAnnotation] != founders {
+				if cm.Data["ETCD_INITIAL_CLUSTER"] != founders || cm.Annotations[observe.FoundersAnnotation] != founders {
 					t.Fatalf("the founding list changed during formation: %v", cm.Data)
 				}
 				if *sts.Spec.Replicas != 3 {

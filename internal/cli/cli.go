@@ -25,7 +25,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -140,7 +140,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if o.Operator.Namespace == "" {
 		ctrl.Log.Info("the operator's namespace is not known (set POD_NAMESPACE or --operator-namespace): the NetworkPolicy of a cluster with spec.networkPolicy will not admit the operator's pods")
 	}
-	if kind := os.Getenv(controllers.FaultAfterEnv); kind != "" {
+	if kind := os.Getenv(execute.FaultAfterEnv); kind != "" {
 		// Crash-safety tests only: exit right after the first step of this kind.
 		o.AfterStep = func(k string) {
 			if k == kind {

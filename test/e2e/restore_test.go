@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/minio"
 )
@@ -514,7 +514,7 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[controllers.IntentAnnotation] = string(raw)
+	c.Annotations[observe.IntentAnnotation] = string(raw)
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -534,8 +534,8 @@ func TestScaleOutStoppedAfterItsIntentIsNoDisaster(t *testing.T) {
 	eventually(t, time.Minute, "member 0's claim gone", func() error {
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "data-etcd-0"}, pvc)
-		if err == nil && pvc.Annotations[controllers.MemberIDAnnotation] != "" {
-			return fmt.Errorf("claim data-etcd-0 still holds member %s", pvc.Annotations[controllers.MemberIDAnnotation])
+		if err == nil && pvc.Annotations[observe.MemberIDAnnotation] != "" {
+			return fmt.Errorf("claim data-etcd-0 still holds member %s", pvc.Annotations[observe.MemberIDAnnotation])
 		}
 		return client.IgnoreNotFound(err)
 	})

@@ -27,7 +27,8 @@ type Observation struct {
 }
 
 // Decide returns the next step: the root user, then the operator's, then authentication on;
-// or authentication off. None when etcd matches the spec.
+// or authentication off. None when etcd matches the spec. Authentication on waits for the
+// operator's client certificate (OperatorUser "").
 func Decide(o Observation) plan.Step {
 	if !o.Enabled {
 		if o.State.Enabled {
@@ -35,6 +36,11 @@ func Decide(o Observation) plan.Step {
 				Message: "turning etcd's authentication off (spec.auth.enabled is false); users and roles are kept"}
 		}
 		return plan.Step{Kind: plan.None}
+	}
+	if o.OperatorUser == "" {
+		// Without a user of its own the operator could not act once authentication is on.
+		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonEnablingAuth,
+			Message: "spec.auth needs the operator's client certificate (tls.client), which it does not have yet"}
 	}
 	if o.State.Enabled && !slices.Contains(o.State.Roles[o.OperatorUser], "root") {
 		// With authentication on, only root may add users: the operator cannot repair this.

@@ -18,6 +18,7 @@ func TestDecide(t *testing.T) {
 		{"off and off", Observation{OperatorUser: "etcd-pilot"}, plan.None, ""},
 		{"off wanted, on in etcd", Observation{OperatorUser: "etcd-pilot", State: etcd.AuthState{Enabled: true}}, plan.DisableAuth, ""},
 		{"on wanted, nothing yet", Observation{Enabled: true, OperatorUser: "etcd-pilot"}, plan.EnsureRootUser, "root"},
+		{"on wanted, no client certificate", Observation{Enabled: true}, plan.Wait, ""},
 		{"root exists without the role", Observation{Enabled: true, OperatorUser: "etcd-pilot",
 			State: etcd.AuthState{Roles: map[string][]string{"root": {"reader"}}}}, plan.EnsureRootUser, "root"},
 		{"root ready, operator missing", Observation{Enabled: true, OperatorUser: "etcd-pilot",

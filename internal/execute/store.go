@@ -1,4 +1,4 @@
-package controllers
+package execute
 
 import (
 	"context"
@@ -15,25 +15,25 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/objstore"
 )
 
-// credentialsError is a destination whose credentials cannot be read: the user must fix the
+// CredentialsError is a destination whose credentials cannot be read: the user must fix the
 // Secret, so it is reported, not retried hot.
-type credentialsError struct{ msg string }
+type CredentialsError struct{ Msg string }
 
-func (e *credentialsError) Error() string { return e.msg }
+func (e *CredentialsError) Error() string { return e.Msg }
 
 // StoreOpener opens the object store of an S3 destination with the credentials given.
 // objstore.NewS3 in production.
 type StoreOpener func(cfg objstore.S3Config) (objstore.Store, error)
 
-// openS3 reads the destination's credentials Secret (only that Secret, by name, in the
+// OpenS3 reads the destination's credentials Secret (only that Secret, by name, in the
 // cluster's namespace, from the API server: the operator keeps no Secret cache) and opens the
-// store.
-func openS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, cluster string, d *v1alpha1.S3Destination) (objstore.Store, error) {
+// store. The EtcdBackup controller uploads there, retention deletes there.
+func OpenS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, cluster string, d *v1alpha1.S3Destination) (objstore.Store, error) {
 	sec := &corev1.Secret{}
 	name := d.CredentialsSecret.Name
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &credentialsError{fmt.Sprintf("the credentials Secret %s/%s does not exist: create it with the keys %s and %s",
+			return nil, &CredentialsError{fmt.Sprintf("the credentials Secret %s/%s does not exist: create it with the keys %s and %s",
 				ns, name, backup.SecretKeyAccessKeyID, backup.SecretKeySecretAccessKey)}
 		}
 		return nil, fmt.Errorf("failed to get the credentials Secret %s/%s: %w", ns, name, err)
@@ -45,7 +45,7 @@ func openS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, clu
 		}
 	}
 	if len(missing) > 0 {
-		return nil, &credentialsError{fmt.Sprintf("the credentials Secret %s/%s lacks the keys %s", ns, name, strings.Join(missing, ", "))}
+		return nil, &CredentialsError{fmt.Sprintf("the credentials Secret %s/%s lacks the keys %s", ns, name, strings.Join(missing, ", "))}
 	}
 	cfg := objstore.S3Config{
 		Endpoint: d.Endpoint, Bucket: d.Bucket, Prefix: backup.S3Prefix(ns, cluster, d), Region: d.Region,

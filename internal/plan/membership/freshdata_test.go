@@ -1,4 +1,4 @@
-package controllers
+package membership
 
 import "testing"
 
@@ -27,7 +27,7 @@ func TestFreshData(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := freshData(tt.stamp, id, tt.anyStamped, tt.running, tt.restarts, tt.ephemeral); got != tt.fresh {
+			if got := FreshData(tt.stamp, id, tt.anyStamped, tt.running, tt.restarts, tt.ephemeral); got != tt.fresh {
 				t.Fatalf("fresh = %v, want %v", got, tt.fresh)
 			}
 		})
