@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
-	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
@@ -21,11 +20,7 @@ func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
 // reconcileRestore observes, asks the restore planner, passes the gate and carries out one
 // restore step. It returns a step of kind None when no restore is wanted or under way.
 func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, desired []*unstructured) (plan.Step, error) {
-	ro, srcs, ev, err := observe.Restore(ctx, observe.RestoreReads{
-		Client: r.Client, APIReader: r.apiReader(), MemberRecord: func(ctx context.Context, c *v1alpha1.EtcdCluster) (*plan.MemberRecord, error) {
-			return observe.MemberRecord(ctx, r.apiReader(), c)
-		}, Founders: observe.Founders, QuorumLoss: &r.quorumLoss,
-	}, c, t, o)
+	ro, srcs, ev, err := observe.Restore(ctx, observe.RestoreReads{Client: r.Client, APIReader: r.apiReader(), QuorumLoss: &r.quorumLoss}, c, t, o)
 	if err != nil {
 		return plan.Step{}, err
 	}
@@ -40,9 +35,5 @@ func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha
 	if gated.Kind != a.Kind {
 		return gated, nil
 	}
-	// The membership writes a restore makes are still the reconciler's (etcdcluster_membership.go).
-	return a.Step, r.exec.Restore(ctx, c, t, ro, a, srcs, desired, execute.RestoreMembership{
-		ScaleStatefulSet: r.exec.ScaleStatefulSet, SetIntent: r.exec.SetIntent, ApplyConfig: r.exec.ApplyMembershipConfig,
-		Founders: observe.Founders, FoundingList: observe.FoundingList,
-	})
+	return a.Step, r.exec.Restore(ctx, c, t, ro, a, srcs, desired)
 }

@@ -36,31 +36,12 @@ const (
 	restoreVolumeRoot = "/var/lib/etcd"
 )
 
-// RestoreMembership are what a restore step needs of the membership executor: scaling the
-// StatefulSet, the intent, the membership ConfigMap, and the founding list (recorded, and for
-// n members). The reconciler hands them in.
-type RestoreMembership struct {
-	// ScaleStatefulSet sets the StatefulSet's replicas to want under the membership field
-	// owner, when they differ from have.
-	ScaleStatefulSet func(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, want, have int32) error
-	// SetIntent stores in on the EtcdCluster (removes the stored intent when nil), with an
-	// optimistic lock.
-	SetIntent func(ctx context.Context, c *v1alpha1.EtcdCluster, in *plan.Intent) error
-	// ApplyConfig applies the membership ConfigMap with data, the founding list and the
-	// member record ("" drops it).
-	ApplyConfig func(ctx context.Context, c *v1alpha1.EtcdCluster, founders []string, data map[string]string, record string) error
-	// Founders reads the founding list recorded on the membership ConfigMap through reader.
-	Founders func(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) ([]string, error)
-	// FoundingList is the founding member list for n members.
-	FoundingList func(t render.Topology, n int32) []string
-}
-
 // Restore carries out one restore step a (the gate let it through): ro is the observation it
 // was decided on, srcs the sources that observation resolved, desired the rendered objects.
 // A step that changes status.restore stores it before Restore returns; a step that fails
 // leaves c's status as it was.
 func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, ro restore.Observation, a restore.Action, srcs observe.RestoreSources,
-	desired []*unstructuredv1.Unstructured, m RestoreMembership) error {
+	desired []*unstructuredv1.Unstructured) error {
 	if a.Kind == plan.Wait {
 		return nil
 	}
@@ -71,16 +52,16 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 	case restore.BeginRestore, restore.FinishRestore:
 		c.Status.Restore = a.Record
 	case plan.ScaleStatefulSet:
-		err = m.ScaleStatefulSet(ctx, c, t, a.Replicas, ro.StsReplicas)
+		err = x.ScaleStatefulSet(ctx, c, t, a.Replicas, ro.StsReplicas)
 	case restore.ResetMembership:
-		err = x.resetMembership(ctx, c, t, m)
+		err = x.resetMembership(ctx, c, t)
 		if err == nil {
 			c.Status.Restore = a.Record
 		}
 	case restore.CreateClaim:
 		err = x.createClaim(ctx, c, a.Member, desired)
 	case restore.RunRestorePod:
-		err = x.runRestorePod(ctx, c, t, a.Member, srcs, desired, m.Founders)
+		err = x.runRestorePod(ctx, c, t, a.Member, srcs, desired)
 	case restore.DeleteRestorePod, restore.CleanUp:
 		k, _ := plan.Ordinal(t.StatefulSet, a.Member)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restore.PodName(c.Name, c.Status.Restore.ID, k)}}
@@ -106,7 +87,7 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 		x.Done(c, a.Kind, err)
 		// Nothing of this step is recorded: the pass's own status write must not store it.
 		c.Status = *before.Status.DeepCopy()
-		x.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), corev1.EventTypeWarning, a.Reason, string(a.Kind), "failed: %s: %v", a.Message, err)
+		x.Recorder.Eventf(c, MemberPod(c.Namespace, a.Member), corev1.EventTypeWarning, a.Reason, string(a.Kind), "failed: %s: %v", a.Message, err)
 		return fmt.Errorf("failed to %s (%s): %w", a.Kind, a.Reason, err)
 	}
 	evType := corev1.EventTypeNormal
@@ -114,7 +95,7 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 		(a.Kind == restore.FinishRestore && c.Status.Restore.Cause == v1alpha1.RestoreCauseDisasterRecovery) {
 		evType = corev1.EventTypeWarning
 	}
-	x.Recorder.Eventf(c, memberPod(c.Namespace, a.Member), evType, a.Reason, string(a.Kind), "%s", a.Message)
+	x.Recorder.Eventf(c, MemberPod(c.Namespace, a.Member), evType, a.Reason, string(a.Kind), "%s", a.Message)
 	x.Done(c, a.Kind, nil)
 	return nil
 }
@@ -123,24 +104,24 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 // new cluster as founders: the member stamps on the claims (they name the lost members), the
 // intent of a change that can never finish, the membership ConfigMap (re-created with the
 // founding list and state "new"), and what status knew of the lost cluster.
-func (x *Executor) resetMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, m RestoreMembership) error {
+func (x *Executor) resetMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) error {
 	claims := &corev1.PersistentVolumeClaimList{}
 	if err := x.APIReader.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}); err != nil {
 		return fmt.Errorf("failed to list volume claims: %w", err)
 	}
 	for i := range claims.Items {
 		pvc := &claims.Items[i]
-		if _, ok := pvc.Annotations[v1alpha1.AnnotationMemberID]; !ok {
+		if _, ok := pvc.Annotations[observe.MemberIDAnnotation]; !ok {
 			continue
 		}
 		patch := client.MergeFrom(pvc.DeepCopy())
-		delete(pvc.Annotations, v1alpha1.AnnotationMemberID)
+		delete(pvc.Annotations, observe.MemberIDAnnotation)
 		if err := x.Client.Patch(ctx, pvc, patch); err != nil {
 			return fmt.Errorf("failed to clear the member stamp of claim %s: %w", pvc.Name, err)
 		}
 	}
-	if _, ok := c.Annotations[v1alpha1.AnnotationMembershipIntent]; ok {
-		if err := m.SetIntent(ctx, c, nil); err != nil {
+	if _, ok := c.Annotations[observe.IntentAnnotation]; ok {
+		if err := x.SetIntent(ctx, c, nil); err != nil {
 			return err
 		}
 	}
@@ -155,10 +136,10 @@ func (x *Executor) resetMembership(ctx context.Context, c *v1alpha1.EtcdCluster,
 			}
 		}
 	}
-	list := m.FoundingList(t, n)
+	list := observe.FoundingList(t, n)
 	// The lost cluster's member record goes with it: the restored cluster's is recorded once
 	// a quorum of it answers.
-	if err := m.ApplyConfig(ctx, c, list, map[string]string{
+	if err := x.ApplyMembershipConfig(ctx, c, list, map[string]string{
 		"ETCD_INITIAL_CLUSTER": strings.Join(list, ","), "ETCD_INITIAL_CLUSTER_STATE": "new"}, ""); err != nil {
 		return err
 	}
@@ -217,9 +198,8 @@ func (x *Executor) createClaim(ctx context.Context, c *v1alpha1.EtcdCluster, mem
 // fetches and checks the snapshot and sets the volume's earlier data aside; etcdutl of the
 // cluster's etcd image restores it with the founding list and the restore's cluster token;
 // restore-finish checks the result and deletes the staging folder. The founding list is read
-// past the cache, with foundersFrom.
-func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, member string, srcs observe.RestoreSources, desired []*unstructuredv1.Unstructured,
-	foundersFrom func(context.Context, client.Reader, *v1alpha1.EtcdCluster, render.Topology) ([]string, error)) error {
+// past the cache.
+func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, member string, srcs observe.RestoreSources, desired []*unstructuredv1.Unstructured) error {
 	rec := c.Status.Restore
 	src, ok := srcs[rec.Location]
 	if !ok {
@@ -229,7 +209,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 	if err != nil {
 		return err
 	}
-	founders, err := foundersFrom(ctx, x.APIReader, c, t)
+	founders, err := observe.Founders(ctx, x.APIReader, c, t)
 	if err != nil {
 		return err
 	}
@@ -341,15 +321,4 @@ const LabelRestore = "etcdpilot.io/restore"
 func secretEnv(name, secret, key string, optional bool) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key, Optional: ptr.To(optional)}}}
-}
-
-// memberPod is the pod of member name, as the related object of a step's event (nil when the
-// step names no member). The event recorder merges events about one object with the same type,
-// reason, action and related object into one series that shows the first one's note: without
-// it, a rollout's second member restart would show as the first's, counted twice.
-func memberPod(namespace, name string) runtime.Object {
-	if name == "" {
-		return nil
-	}
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 }

@@ -82,11 +82,6 @@ type RestoreReads struct {
 	// APIReader reads past the cache: the pods, claims, nodes, founding list and backups a
 	// restore step is decided on.
 	APIReader client.Reader
-	// MemberRecord reads, past the cache, the member list last recorded with a quorum (nil
-	// when none is recorded, or it cannot be read).
-	MemberRecord func(ctx context.Context, c *v1alpha1.EtcdCluster) (*plan.MemberRecord, error)
-	// Founders reads the founding list recorded on the membership ConfigMap through reader.
-	Founders func(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) ([]string, error)
 	// QuorumLoss is the process's memory of since when each cluster has been without quorum;
 	// Restore updates it.
 	QuorumLoss *LostQuorum
@@ -133,7 +128,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 	stopping := c.Status.Restore != nil && c.Status.Restore.Phase == v1alpha1.RestoreStopping
 	servingNow := o.Etcd != nil && plan.Serving(*o.Etcd)
 	if ro.Formed && (!servingNow || stopping) {
-		ev, err := recoveryEvidence(ctx, rd.APIReader, rd.MemberRecord, c, t)
+		ev, err := recoveryEvidence(ctx, rd.APIReader, c, t)
 		if err != nil {
 			return ro, srcs, drEv, err
 		}
@@ -189,25 +184,24 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 		}
 		ro.SequentialPods = srcs[rec.Location].Claim != ""
 	}
-	if err := restoreFounders(ctx, rd.APIReader, rd.Founders, c, t, &ro); err != nil {
+	if err := restoreFounders(ctx, rd.APIReader, c, t, &ro); err != nil {
 		return ro, srcs, drEv, err
 	}
 	return ro, srcs, drEv, nil
 }
 
-// recoveryEvidence reads, past the cache (api, and memberRecord), what disaster recovery
+// recoveryEvidence reads, past the cache (api), what disaster recovery
 // decides on: the pod and data claim of every ordinal with the member stamps on them, the
 // membership intent, and the member list last read with a quorum (the operator's memory). It
 // lists pods and claims once each.
-func recoveryEvidence(ctx context.Context, api client.Reader, memberRecord func(context.Context, *v1alpha1.EtcdCluster) (*plan.MemberRecord, error),
-	c *v1alpha1.EtcdCluster, t render.Topology) (plan.Evidence, error) {
+func recoveryEvidence(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) (plan.Evidence, error) {
 	ev := plan.Evidence{StatefulSet: t.StatefulSet}
-	rec, err := memberRecord(ctx, c)
+	rec, err := MemberRecord(ctx, api, c)
 	if err != nil {
 		return ev, err
 	}
 	ev.Record = rec
-	if raw := c.Annotations[v1alpha1.AnnotationMembershipIntent]; raw != "" {
+	if raw := c.Annotations[IntentAnnotation]; raw != "" {
 		in := &plan.Intent{}
 		if err := json.Unmarshal([]byte(raw), in); err != nil {
 			// Not "no change in flight": it might remove a voter (JudgeQuorum: Unknown).
@@ -284,7 +278,7 @@ func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims 
 		p.PVCHeld = !terminated
 		if ephemeral {
 			p.Ephemeral, p.PVCExists, p.PVCDeleting, p.PVCUID = true, true, pod.DeletionTimestamp != nil, string(pod.UID)
-			p.DataStamp = pod.Annotations[v1alpha1.AnnotationMemberID]
+			p.DataStamp = pod.Annotations[MemberIDAnnotation]
 		}
 	}
 	if !ephemeral {
@@ -300,7 +294,7 @@ func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims 
 			}
 			p := info(k)
 			p.PVCExists, p.PVCUID, p.PVCDeleting = true, string(pvc.UID), pvc.DeletionTimestamp != nil
-			p.DataStamp = pvc.Annotations[v1alpha1.AnnotationMemberID]
+			p.DataStamp = pvc.Annotations[MemberIDAnnotation]
 		}
 	}
 	out := make([]plan.Pod, 0, len(byOrdinal))
@@ -313,14 +307,13 @@ func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims 
 
 // restoreFounders fills Founders: while members are being stopped, every ordinal that has a
 // member pod; afterwards, the founding list.
-func restoreFounders(ctx context.Context, api client.Reader, foundersFrom func(context.Context, client.Reader, *v1alpha1.EtcdCluster, render.Topology) ([]string, error),
-	c *v1alpha1.EtcdCluster, t render.Topology, ro *restore.Observation) error {
+func restoreFounders(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, t render.Topology, ro *restore.Observation) error {
 	rec := c.Status.Restore
 	wanted := ro.Bootstrap != nil && rec == nil
 	if rec == nil && !wanted {
 		return nil
 	}
-	founders, err := foundersFrom(ctx, api, c, t)
+	founders, err := Founders(ctx, api, c, t)
 	if err != nil {
 		return err
 	}
@@ -360,7 +353,7 @@ func restoreFounders(ctx context.Context, api client.Reader, foundersFrom func(c
 			return fmt.Errorf("failed to get volume claim data-%s: %w", name, err)
 		}
 		f.ClaimExists = err == nil
-		f.ClaimStamped = f.ClaimExists && pvc.Annotations[v1alpha1.AnnotationMemberID] != ""
+		f.ClaimStamped = f.ClaimExists && pvc.Annotations[MemberIDAnnotation] != ""
 		if id != "" {
 			pod := &corev1.Pod{}
 			err := api.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: restore.PodName(c.Name, id, k)}, pod)

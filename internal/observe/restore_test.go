@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 )
 
 // TestLostQuorumCountsFromTheFirstPassThatSawIt: the time a cluster has been without quorum
@@ -39,7 +37,7 @@ func TestLostQuorumCountsFromTheFirstPassThatSawIt(t *testing.T) {
 // without a claim holds none); under emptyDir storage, the pod does; a terminated pod holds no
 // claim; objects of other StatefulSets are not members.
 func TestRecoveryPodsHoldersOfData(t *testing.T) {
-	stamp := map[string]string{v1alpha1.AnnotationMemberID: "a1"}
+	stamp := map[string]string{MemberIDAnnotation: "a1"}
 	now := metav1.Now()
 	pods := []corev1.Pod{
 		{ObjectMeta: metav1.ObjectMeta{Name: "etcd-0", UID: "p0", Annotations: stamp}},
