@@ -71,7 +71,7 @@ var metricCondition = gauge("etcdpilot_cluster_condition",
 
 // metricSteps counts the steps the executor carried out, by kind and result.
 var metricSteps = counter("etcdpilot_steps_total",
-	"Steps the executor carried out after the safety gate let them pass, by kind and result (succeeded, failed).", "kind", "result")
+	"Steps the executor carried out (membership, rollout, maintenance, auth, restore and certificate steps), by kind and result (succeeded, failed).", "kind", "result")
 
 // metricDesc is one metric: every series carries the EtcdCluster's namespace and name, then
 // the metric's own labels.
