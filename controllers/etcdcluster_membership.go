@@ -15,22 +15,28 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/status"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // requeueMembership is how soon the next step of a membership change is looked at.
 const requeueMembership = 500 * time.Millisecond
 
-// reconcileMembership observes pods, claims and etcd, keeps the membership ConfigMap and the
-// StatefulSet's replicas, and carries out at most one membership step.
+// reconcileMembership observes pods, claims and etcd, asks every planner below the restore
+// that plan.Next's priority table asks (membership, the rollout with the backup before a
+// minor upgrade, maintenance, authentication, the peer URL move), lets plan.Next pick the one
+// step, passes it through the gate, and has the executor carry it out. It also keeps the
+// membership ConfigMap and the claims' stamps.
 func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, ps *observe.PeerSwitch) (plan.Step, error) {
 	mo, err := observe.Membership(ctx, r.Client, r.apiReader(), c, t, o, &r.missing)
 	if err != nil {
 		return plan.Step{}, err
 	}
-	a := membership.Decide(mo)
+	p := plan.Proposals{Membership: membership.Decide(mo)}
+	// soFar is the step the proposals made so far give: what a pass that fails reports.
+	soFar := func() plan.Step { a, _ := plan.Next(p); return a }
 	// Once membership matches the spec (or only waits for an unhealthy member, which may be
 	// one restarting or failing on a new template), the pod template may roll out.
-	if o.StatefulSet != nil && (a.Kind == plan.None || a.Reason == v1alpha1.ReasonMemberUnhealthy) {
+	if _, _, asked := plan.Above(p, plan.PlannerRollout); asked && o.StatefulSet != nil {
 		step, target := versionTargets(c)
 		ro := rollout.Observation{
 			UpdateRevision: o.StatefulSet.Status.UpdateRevision,
@@ -44,53 +50,61 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		if d := c.Spec.Upgrade.MemberTimeout; d != nil {
 			ro.MemberTimeout = d.Duration
 		}
-		if ra := rollout.Decide(ro); ra.Kind != plan.None {
+		if p.Rollout = rollout.Decide(ro); p.Rollout.Kind != plan.None {
 			running := ""
 			if mo.Etcd != nil {
 				_, _, _, running = status.MemberStatuses(*mo.Etcd)
 			}
 			// The backup taken before a minor-version upgrade holds a disruptive step; the
 			// executor creates it when it does not exist.
-			held, create := backupplan.BeforeUpgrade(c.Name, c.Spec.Backup != nil, ra, step, running, o.Backups)
+			held, create := backupplan.BeforeUpgrade(c.Name, c.Spec.Backup != nil, p.Rollout, step, running, o.Backups)
 			if create != nil {
 				if err := r.exec.CreateBackup(ctx, c, create.Name, create.Labels); err != nil {
-					return ra, err
+					return p.Rollout, err
 				}
 			}
-			a = held
+			if held.Kind == plan.Wait && p.Rollout.Kind != plan.Wait {
+				p.PreUpgradeBackup = held
+			}
 		}
-		o.Upgrade, o.UpgradeKnown = rollout.Progress(ro, a), true
+		upTo, _, _ := plan.Above(p, plan.PlannerMaintenance)
+		o.Upgrade, o.UpgradeKnown = rollout.Progress(ro, upTo), true
 	}
 	// A recorded defragmentation that etcd shows over goes before any planner decides.
 	defrag, defragWait, over := observe.Defragmentation(c, mo.Etcd)
 	if over {
 		if err := r.exec.EndDefragmentation(ctx, c, defrag, defragWait); err != nil {
-			return a, err
+			return soFar(), err
 		}
 		defrag, defragWait = nil, ""
 	}
-	if mo.Etcd != nil && maintenance.Asked(a, defrag != nil) {
-		mob := observe.Maintenance(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd, a.Kind != plan.None, mo.Now, defrag, defragWait, &r.compacted)
-		a = maintenance.Over(a, mob)
+	p.Defragmenting = defrag != nil
+	if above, _, asked := plan.Above(p, plan.PlannerMaintenance); asked && mo.Etcd != nil {
+		mob := observe.Maintenance(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd, above.Kind != plan.None, mo.Now, defrag, defragWait, &r.compacted)
+		p.Maintenance, p.Alarms = maintenance.Decide(mob), len(mob.Alarms) > 0
 	}
-	// Authentication when nothing else is to do (a is None); the root user's Secret is
-	// created before the root user.
-	if a.Kind == plan.None {
-		ao, asked, err := observe.Auth(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd)
+	// Authentication when nothing else is to do; the root user's Secret is created before
+	// the root user.
+	if _, _, asked := plan.Above(p, plan.PlannerAuth); asked {
+		ao, answers, err := observe.Auth(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd)
 		if err != nil {
-			return a, err
+			return soFar(), err
 		}
-		if asked {
+		if answers {
 			s := authplan.Decide(ao)
 			if s.Kind == plan.EnsureRootUser && s.User == authplan.RootUser {
 				if _, err := r.exec.RootPassword(ctx, c); err != nil {
-					return a, err
+					return soFar(), err
 				}
 			}
-			a = s
+			p.Auth, p.AuthAnswered = s, true
 		}
 	}
-	a = peerswitch.Step(a, o.PeerSwitch, t.PeerPort, t.PeerTransitionPort)
+	if _, _, asked := plan.Above(p, plan.PlannerPeerSwitch); asked {
+		p.PeerURL = peerswitch.Step(plan.Step{Kind: plan.None}, o.PeerSwitch, t.PeerPort, t.PeerTransitionPort)
+	}
+	a, by := plan.Next(p)
+	log.FromContext(ctx).V(1).Info("the planners proposed; one step is taken", "planner", by, "step", a.Kind, "reason", a.Reason)
 	if err := r.exec.EnsureMembershipConfig(ctx, c, t, mo); err != nil {
 		return a, err
 	}
