@@ -2,7 +2,11 @@ package main
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,4 +58,75 @@ func goList(t *testing.T, args ...string) []string {
 		t.Fatalf("go list %v: %v\n%s", args, err, stderr)
 	}
 	return strings.Fields(string(out))
+}
+
+// TestOnlyTheExecutorWrites: in controllers/, only the reconcile skeleton writes (the
+// finalizer, the status, the apply and prune of the rendered objects, the deletion of a
+// deleted cluster's objects); every step's write (pods, claims, restore and backup pods,
+// certificates, the intent, the records, every etcd call that changes something) goes through
+// internal/execute. A call of a writing method anywhere else in controllers/ fails here.
+func TestOnlyTheExecutorWrites(t *testing.T) {
+	writes := map[string]bool{
+		// Kubernetes
+		"Create": true, "Update": true, "Patch": true, "Delete": true, "DeleteAllOf": true, "Apply": true, "Prune": true,
+		// etcd (internal/etcd.Client)
+		"AddLearner": true, "UpdatePeerURLs": true, "Promote": true, "Remove": true, "MoveLeader": true, "AdvanceLog": true,
+		"Defragment": true, "DisarmAlarm": true, "Compact": true, "EnsureRootUser": true, "SetAuth": true,
+	}
+	allowed := map[string]map[string]bool{
+		"EtcdClusterReconciler.Reconcile":       {"Patch": true},                                      // the finalizer
+		"EtcdClusterReconciler.patchStatus":     {"Patch": true},                                      // the status
+		"EtcdClusterReconciler.applyAndPrune":   {"Patch": true, "Apply": true, "Prune": true},        // the render's objects, and the prune record in status
+		"EtcdClusterReconciler.reconcileDelete": {"Delete": true, "DeleteAllOf": true, "Patch": true}, // a deleted cluster's objects, then the finalizer
+		"EtcdBackupReconciler.Reconcile":        {"Patch": true},                                      // the status
+		"EtcdBackupReconciler.take":             {"Patch": true},                                      // the status, before the snapshot
+	}
+	files, err := filepath.Glob("controllers/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			where := fn.Name.Name
+			if fn.Recv != nil && len(fn.Recv.List) == 1 {
+				typ := fn.Recv.List[0].Type
+				if s, ok := typ.(*ast.StarExpr); ok {
+					typ = s.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					where = id.Name + "." + where
+				}
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || !writes[sel.Sel.Name] {
+					return true
+				}
+				// A call on the executor is the executor's.
+				if x, ok := sel.X.(*ast.SelectorExpr); ok && x.Sel.Name == "exec" {
+					return true
+				}
+				if !allowed[where][sel.Sel.Name] {
+					t.Errorf("%s: %s calls %s outside the executor (internal/execute)", fset.Position(call.Pos()), where, sel.Sel.Name)
+				}
+				return true
+			})
+		}
+	}
 }

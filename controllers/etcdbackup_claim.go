@@ -12,13 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -115,18 +115,20 @@ func (r *EtcdBackupReconciler) takeToClaim(ctx context.Context, b *v1alpha1.Etcd
 	if err := controllerutil.SetControllerReference(b, pod, r.Scheme); err != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to own the backup pod: %w", err)
 	}
-	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.executor().CreateBackupPod(ctx, pod); err != nil {
 		return r.retry(b, now, v1alpha1.ReasonUploadFailed, fmt.Sprintf("failed to create the backup pod: %v", err))
 	}
 	return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 }
 
 func (r *EtcdBackupReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
-	err := r.Client.Delete(ctx, pod, ctrl.Preconditions{UID: &pod.UID})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("failed to delete the backup pod %s: %w", pod.Name, err)
-	}
-	return nil
+	return r.executor().DeleteBackupPod(ctx, pod)
+}
+
+// executor is the executor for the EtcdBackup controller's writes (its status aside).
+func (r *EtcdBackupReconciler) executor() *execute.Executor {
+	return &execute.Executor{Client: r.Client, APIReader: r.apiReader(), Scheme: r.Scheme, Recorder: r.Recorder, Dial: r.DialEtcd,
+		EtcdTimeout: r.EtcdTimeout, AgentImage: r.AgentImage, Operator: r.Operator, OpenS3: r.OpenS3}
 }
 
 // podReport reads the report the backup pod left in its termination message.

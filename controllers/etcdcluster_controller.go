@@ -374,8 +374,14 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		// maintenance wait while one is wanted or under way. etcd refusing the operator as a
 		// user answered it: that is no lost quorum, and nothing to start a restore over (one
 		// under way goes on).
-		a, err := r.reconcileRestore(ctx, c, topo, &obs, desired)
-		if a.Kind != plan.None || err != nil {
+		rp, err := r.proposeRestore(ctx, c, topo, &obs)
+		// The arbiter's first row: a restore's step (a wait too) is final; the planners below
+		// are asked only when it proposes none.
+		if _, _, asked := plan.Above(plan.Proposals{Restore: rp.step}, plan.PlannerMembership); !asked || err != nil {
+			a := rp.step
+			if err == nil && a.Kind == rp.action.Kind {
+				err = r.exec.Restore(ctx, c, topo, rp.observation, rp.action, rp.sources, desired)
+			}
 			obs.Membership, memberErr, restoring = &a, err, true
 		}
 	}

@@ -17,23 +17,29 @@ func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
 	return restore.HoldStatefulSet(c.Spec.Bootstrap != nil, c.Status.ClusterID != "", c.Status.Restore)
 }
 
-// reconcileRestore observes, asks the restore planner, passes the gate and carries out one
-// restore step. It returns a step of kind None when no restore is wanted or under way.
-func (r *EtcdClusterReconciler) reconcileRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, desired []*unstructured) (plan.Step, error) {
+// restoreProposal is the restore planner's proposal for a pass (step, after the gate) and
+// what carrying it out takes.
+type restoreProposal struct {
+	step        plan.Step
+	action      restore.Action
+	observation restore.Observation
+	sources     observe.RestoreSources
+}
+
+// proposeRestore observes, asks the restore planner and passes its step through the gate.
+// The step is of kind None when no restore is wanted or under way; when the gate refuses it,
+// it is the gate's wait, and the executor does nothing.
+func (r *EtcdClusterReconciler) proposeRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation) (restoreProposal, error) {
 	ro, srcs, ev, err := observe.Restore(ctx, observe.RestoreReads{Client: r.Client, APIReader: r.apiReader(), QuorumLoss: &r.quorumLoss}, c, t, o)
 	if err != nil {
-		return plan.Step{}, err
+		return restoreProposal{}, err
 	}
 	a := restore.Decide(ro)
 	if a.Kind == plan.None {
-		return a.Step, nil
+		return restoreProposal{step: a.Step}, nil
 	}
 	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.Etcd, o.Answers, t.StatefulSet, ro.StsReplicas, render.SpecReplicas(c)
 	ev.Formed = c.Status.ClusterID != "" || (o.Etcd != nil && o.Etcd.Leader() != 0)
 	ev.PeerURL, ev.MaxLag = t.PeerURL, membership.LearnerMaxLag
-	gated := plan.Gate(a.Step, ev)
-	if gated.Kind != a.Kind {
-		return gated, nil
-	}
-	return a.Step, r.exec.Restore(ctx, c, t, ro, a, srcs, desired)
+	return restoreProposal{step: plan.Gate(a.Step, ev), action: a, observation: ro, sources: srcs}, nil
 }
