@@ -131,6 +131,12 @@ type EtcdClusterReconciler struct {
 	waker *etcdWaker
 }
 
+// cached is the pass's reader over the manager's cache (observe.Pass: the StatefulSet and
+// the member pods read once per pass), or Client outside a pass.
+func (r *EtcdClusterReconciler) cached(ctx context.Context) client.Client {
+	return observe.PassOf(ctx, r.Client)
+}
+
 // apiReader is APIReader, or Client when none is set.
 func (r *EtcdClusterReconciler) apiReader() client.Reader {
 	if r.APIReader != nil {
@@ -224,6 +230,8 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	before := c.DeepCopy()
+	// One pass, one read of the StatefulSet and of the member pods (see observe.Pass).
+	ctx = observe.WithPass(ctx, observe.NewPass(r.Client))
 	result, err := r.reconcileNormal(ctx, c)
 	metrics.Record(c)
 	if perr := r.patchStatus(ctx, before, c); perr != nil && err == nil {
@@ -302,7 +310,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 		topo.TLS, _ = observe.LoadClientTLS(ctx, r.Client, r.apiReader(), c)
 	}
 	// The client port's phase: the target, or the step towards it every member can take.
-	sw, err := observe.ReadClientSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo, topo.TLS)
+	sw, err := observe.ReadClientSwitch(ctx, r.cached(ctx), r.DialEtcd, r.EtcdTimeout, c, topo, topo.TLS)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -310,7 +318,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	topo.TLS = observe.DialTLS(ctx, r.Client, c, topo.ClientScheme, topo.TLS)
 	// The peer side's phase: the target, or the listeners and advertised URL of the step
 	// towards it that keeps every member reachable at its URL in etcd's member list.
-	ps, err := observe.ReadPeerSwitch(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, topo)
+	ps, err := observe.ReadPeerSwitch(ctx, r.cached(ctx), r.DialEtcd, r.EtcdTimeout, c, topo)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -575,7 +583,7 @@ func unionKinds(a, b []string) []string {
 // claim templates' labels and annotations, see PinClaimTemplates).
 func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
 	live := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
+	err := r.cached(ctx).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -748,5 +756,5 @@ func etcdRefusesForNow(err error) bool {
 // member can read the member list (quorum lost, or still forming), it counts the members
 // that answer a status call.
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation) error {
-	return observe.Members(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, o)
+	return observe.Members(ctx, r.cached(ctx), r.DialEtcd, r.EtcdTimeout, c, t, o)
 }

@@ -27,7 +27,7 @@ const requeueMembership = 500 * time.Millisecond
 // step, passes it through the gate, and has the executor carry it out. It also keeps the
 // membership ConfigMap and the claims' stamps.
 func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation, ps *observe.PeerSwitch) (plan.Step, error) {
-	mo, err := observe.Membership(ctx, r.Client, r.apiReader(), c, t, o, &r.missing)
+	mo, err := observe.Membership(ctx, r.cached(ctx), r.apiReader(), c, t, o, &r.missing)
 	if err != nil {
 		return plan.Step{}, err
 	}

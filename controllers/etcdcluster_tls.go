@@ -47,7 +47,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		// cluster) the CA is created like for a new cluster.
 		if c.Status.ClusterID != "" {
 			var err error
-			if want.Formed, err = observe.MembersMountTLS(ctx, r.Client, c, t); err != nil {
+			if want.Formed, err = observe.MembersMountTLS(ctx, r.cached(ctx), c, t); err != nil {
 				return nil, err
 			}
 		}
@@ -65,7 +65,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 			want.MembersOnGeneration = -1
 			want.ServedByCurrentCA = nil
 			if certificates.Rotating(observed[want.CASecret]) {
-				g, err := observe.MembersGeneration(ctx, r.Client, c, t)
+				g, err := observe.MembersGeneration(ctx, r.cached(ctx), c, t)
 				if err != nil {
 					return nil, err
 				}

@@ -173,7 +173,8 @@ func (x *Executor) StampClaims(ctx context.Context, c *v1alpha1.EtcdCluster, mo 
 			continue
 		}
 		for _, p := range mo.Pods {
-			if p.Name != m.Name || !p.PVCExists || !p.Running || p.PVCDeleting {
+			if p.Name != m.Name || !p.PVCExists || !p.Running || p.PVCDeleting || p.DataStamp != "" {
+				// Stamped already, as the observation read it: a stamp is never rewritten.
 				continue
 			}
 			var holder client.Object = &corev1.PersistentVolumeClaim{}

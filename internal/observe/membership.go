@@ -189,10 +189,14 @@ func Membership(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdClus
 			p.Ephemeral = true
 			p.PVCExists, p.PVCDeleting, p.PVCUID = true, pod.DeletionTimestamp != nil, string(pod.UID)
 			stamps[pod.Name] = pod.Annotations[MemberIDAnnotation]
+			p.DataStamp = stamps[pod.Name]
 		}
 	} else {
 		for podName, pvc := range claimList {
 			stamps[podName] = pvc.Annotations[MemberIDAnnotation]
+			if k, ok := plan.Ordinal(t.StatefulSet, podName); ok {
+				byOrdinal[k].DataStamp = stamps[podName]
+			}
 		}
 	}
 	for _, st := range stamps {

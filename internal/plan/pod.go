@@ -68,7 +68,8 @@ type Pod struct {
 	PVCHeld bool
 	// DataStamp is the member ID (hexadecimal) stamped on the ordinal's data holder (its
 	// claim, or its pod under emptyDir storage) once that member ran on it; "" when none.
-	// Only the disaster recovery's evidence reads it.
+	// The disaster recovery's evidence reads it, and the executor stamps only holders without
+	// one.
 	DataStamp string
 	// MissingSince is, for an ordinal whose started member has no pod, since when the
 	// operator has seen it missing (zero when the pod exists or nothing is known).
