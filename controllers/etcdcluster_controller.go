@@ -164,6 +164,10 @@ func (r *EtcdClusterReconciler) init() {
 	})
 }
 
+// The embedded chart's optional PodMonitor (monitoring.podMonitor) is applied as an extra
+// kind (not watched: the Prometheus Operator's CRD may be missing).
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;create;patch;delete
+
 // +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcdpilot.io,resources=etcdclusters/finalizers,verbs=update

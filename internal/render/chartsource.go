@@ -23,10 +23,6 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 )
 
-// The embedded chart's optional PodMonitor (monitoring.podMonitor) is applied as an extra
-// kind (not watched: the Prometheus Operator's CRD may be missing).
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;create;patch;delete
-
 // ChartSourceError is a spec.chart.source that cannot be rendered: the ConfigMap or its key
 // is missing, or the archive is not a chart. It is reported in Degraded like an invalid spec.
 type ChartSourceError struct{ msg string }
