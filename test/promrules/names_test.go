@@ -29,12 +29,12 @@ var knownExternal = map[string]bool{
 
 var operatorMetric = regexp.MustCompile(`"(etcdpilot_[a-z0-9_]+)"`)
 
-// operatorMetrics reads the metric names the operator registers from controllers/metrics.go,
+// operatorMetrics reads the metric names the operator registers from internal/metrics/metrics.go,
 // whose names are string literals by its own rule (a name built at run time would be missed:
 // the queries naming it would fail here, which is the safe side).
 func operatorMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	src, err := os.ReadFile(repo + "/controllers/metrics.go")
+	src, err := os.ReadFile(repo + "/internal/metrics/metrics.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func operatorMetrics(t *testing.T) map[string]bool {
 		out[string(m[1])] = true
 	}
 	if len(out) < 10 {
-		t.Fatalf("found only %d etcdpilot_ metric names in controllers/metrics.go: %v", len(out), out)
+		t.Fatalf("found only %d etcdpilot_ metric names in internal/metrics/metrics.go: %v", len(out), out)
 	}
 	return out
 }
@@ -77,7 +77,7 @@ func checkNames(t *testing.T, where string, expr parser.Expr, ours map[string]bo
 	t.Helper()
 	for _, n := range metricNames(expr) {
 		if !ours[n] && !knownExternal[n] {
-			t.Errorf("%s: metric %q is neither registered in controllers/metrics.go nor a known etcd or controller-runtime metric", where, n)
+			t.Errorf("%s: metric %q is neither registered in internal/metrics/metrics.go nor a known etcd or controller-runtime metric", where, n)
 		}
 	}
 }
