@@ -55,15 +55,10 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 			if mo.Etcd != nil {
 				_, _, _, running = status.MemberStatuses(*mo.Etcd)
 			}
-			// The backup taken before a minor-version upgrade holds a disruptive step; the
-			// executor creates it when it does not exist.
-			held, create := backupplan.BeforeUpgrade(c.Name, c.Spec.Backup != nil, p.Rollout, step, running, o.Backups)
-			if create != nil {
-				if err := r.exec.CreateBackup(ctx, c, create.Name, create.Labels); err != nil {
-					return p.Rollout, err
-				}
-			}
-			if held.Kind == plan.Wait && p.Rollout.Kind != plan.Wait {
+			// The backup taken before a minor-version upgrade holds a disruptive step; when it
+			// does not exist yet, the wait has the executor create it (after the arbiter and
+			// the gate, as every write).
+			if held := backupplan.BeforeUpgrade(c.Name, c.Spec.Backup != nil, p.Rollout, step, running, o.Backups); held.Kind == plan.Wait && p.Rollout.Kind != plan.Wait {
 				p.PreUpgradeBackup = held
 			}
 		}
@@ -83,21 +78,15 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		mob := observe.Maintenance(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd, above.Kind != plan.None, mo.Now, defrag, defragWait, &r.compacted)
 		p.Maintenance, p.Alarms = maintenance.Decide(mob), len(mob.Alarms) > 0
 	}
-	// Authentication when nothing else is to do; the root user's Secret is created before
-	// the root user.
+	// Authentication when nothing else is to do.
 	if _, _, asked := plan.Above(p, plan.PlannerAuth); asked {
 		ao, answers, err := observe.Auth(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd)
 		if err != nil {
 			return soFar(), err
 		}
 		if answers {
-			s := authplan.Decide(ao)
-			if s.Kind == plan.EnsureRootUser && s.User == authplan.RootUser {
-				if _, err := r.exec.RootPassword(ctx, c); err != nil {
-					return soFar(), err
-				}
-			}
-			p.Auth, p.AuthAnswered = s, true
+			// The root user's Secret is created by the executor, before the root user.
+			p.Auth, p.AuthAnswered = authplan.Decide(ao), true
 		}
 	}
 	if _, _, asked := plan.Above(p, plan.PlannerPeerSwitch); asked {

@@ -8,10 +8,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 )
 
@@ -75,5 +77,42 @@ func TestIntentIsWrittenWithAnOptimisticLock(t *testing.T) {
 	err := r.SetIntent(ctx, stale, &plan.Intent{Op: plan.IntentAdd, Member: "etcd-3", Reason: v1alpha1.ReasonScaleOut})
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("writing an intent from a stale read: %v, want a conflict", err)
+	}
+}
+
+// TestTheBackupBeforeAnUpgradeIsTheWaitsWrite: the backup a minor upgrade waits for is
+// created by the executor when that wait is the pass's step (after the arbiter and the gate),
+// not while the planners decide; once, and a wait without one writes nothing.
+func TestTheBackupBeforeAnUpgradeIsTheWaitsWrite(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	r := &controllers.EtcdClusterReconciler{Client: env.Client, Scheme: env.Client.Scheme(), Recorder: events.NewFakeRecorder(10)}
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd"}}
+	list := func() []v1alpha1.EtcdBackup {
+		bs := &v1alpha1.EtcdBackupList{}
+		if err := env.Client.List(ctx, bs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		return bs.Items
+	}
+	if err := r.Act(ctx, c, membership.Observation{}, plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonWaitingForBackup}); err != nil {
+		t.Fatal(err)
+	}
+	if bs := list(); len(bs) != 0 {
+		t.Fatalf("a wait without a backup created %d", len(bs))
+	}
+	wait := backupplan.BeforeUpgrade("etcd", true, plan.Step{Kind: plan.DeletePod, Member: "etcd-2", Reason: v1alpha1.ReasonRollingOut},
+		"3.6.16", "3.5.35", nil)
+	if wait.Kind != plan.Wait || wait.Backup == nil {
+		t.Fatalf("the upgrade's step was not held for its backup: %+v", wait)
+	}
+	for range 2 { // a second pass finds it created: no error, no second backup
+		if err := r.Act(ctx, c, membership.Observation{}, wait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs := list()
+	if len(bs) != 1 || bs[0].Name != "etcd-before-3-6-16" || bs[0].Labels[v1alpha1.LabelBackupBeforeUpgrade] != "3.6.16" || bs[0].Spec.ClusterName != "etcd" {
+		t.Fatalf("backups %+v", bs)
 	}
 }

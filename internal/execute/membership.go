@@ -207,6 +207,11 @@ func (x *Executor) StampClaims(ctx context.Context, c *v1alpha1.EtcdCluster, mo 
 // maintenance, authentication and the peer switch). compacted is the process's memory of
 // compactions, which it updates after a Compact or Defragment step.
 func (x *Executor) ExecuteMembership(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, mo membership.Observation, a plan.Step, compacted *observe.Compactions) error {
+	if a.Kind == plan.Wait && a.Backup != nil {
+		// The wait's own write: the backup it waits for (created once; one that exists is
+		// success).
+		return x.CreateBackup(ctx, c, a.Backup.Name, a.Backup.Labels)
+	}
 	if a.Kind == plan.None || a.Kind == plan.Wait {
 		return nil
 	}

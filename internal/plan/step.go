@@ -96,10 +96,19 @@ type Step struct {
 	// Intent is the intent to store (RecordIntent), or to store before the call (AddLearner:
 	// the intent with RunBeforeAdd set).
 	Intent *Intent
+	// Backup, on a Wait, is the EtcdBackup the executor creates for the wait to end (the backup
+	// taken before a minor-version upgrade); nil for none.
+	Backup *BackupRequest
 	// RequeueAfter is a hint for Wait: when the situation changes by itself.
 	RequeueAfter time.Duration
 	// Reason is a CamelCase reason for conditions and events.
 	Reason string
 	// Message says what is done and why, or what is awaited.
 	Message string
+}
+
+// BackupRequest is an EtcdBackup a Wait has the executor create: its name and labels.
+type BackupRequest struct {
+	Name   string
+	Labels map[string]string
 }

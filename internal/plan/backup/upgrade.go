@@ -12,23 +12,17 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
-// Create is an EtcdBackup of the cluster for the executor to create: its name and labels.
-type Create struct {
-	Name   string
-	Labels map[string]string
-}
-
 // BeforeUpgrade holds a rollout step s that disrupts a member until the backup taken before a
 // minor-version upgrade (from running to stepVersion) succeeded, when spec.backup is set
 // (backupSet). backups are the cluster's EtcdBackups. It returns the step to take instead (a
-// wait), or s unchanged; and, when that backup does not exist yet, the EtcdBackup to create
-// before the wait is taken (when the creation fails, s stands and the pass fails).
-func BeforeUpgrade(cluster string, backupSet bool, s plan.Step, stepVersion, running string, backups []v1alpha1.EtcdBackup) (plan.Step, *Create) {
+// wait), or s unchanged. When that backup does not exist yet, the wait carries it (Backup):
+// the executor creates it when the wait is the pass's step.
+func BeforeUpgrade(cluster string, backupSet bool, s plan.Step, stepVersion, running string, backups []v1alpha1.EtcdBackup) plan.Step {
 	if !backupSet || s.Kind == plan.None || s.Kind == plan.Wait || running == "" || stepVersion == "" {
-		return s, nil
+		return s
 	}
 	if !minorUpgrade(running, stepVersion) {
-		return s, nil
+		return s
 	}
 	var found *v1alpha1.EtcdBackup
 	for i := range backups {
@@ -40,17 +34,17 @@ func BeforeUpgrade(cluster string, backupSet bool, s plan.Step, stepVersion, run
 	switch {
 	case found == nil:
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonWaitingForBackup,
-				Message: fmt.Sprintf("upgrading from %s to %s: taking backup %s first", running, stepVersion, name), RequeueAfter: 2 * time.Second},
-			&Create{Name: name, Labels: map[string]string{v1alpha1.LabelBackupBeforeUpgrade: stepVersion}}
+			Message: fmt.Sprintf("upgrading from %s to %s: taking backup %s first", running, stepVersion, name), RequeueAfter: 2 * time.Second,
+			Backup: &plan.BackupRequest{Name: name, Labels: map[string]string{v1alpha1.LabelBackupBeforeUpgrade: stepVersion}}}
 	case found.Status.Phase == v1alpha1.BackupSucceeded:
-		return s, nil
+		return s
 	case found.Status.Phase == v1alpha1.BackupFailed:
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonBackupFailed,
 			Message: fmt.Sprintf("the upgrade to %s waits for backup %s, which failed (%s); fix the destination and delete EtcdBackup %s to take it again",
-				stepVersion, found.Name, CompleteMessage(found), found.Name)}, nil
+				stepVersion, found.Name, CompleteMessage(found), found.Name)}
 	}
 	return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonWaitingForBackup,
-		Message: fmt.Sprintf("upgrading from %s to %s: waiting for backup %s (%s)", running, stepVersion, found.Name, strings.ToLower(string(found.Status.Phase))), RequeueAfter: 2 * time.Second}, nil
+		Message: fmt.Sprintf("upgrading from %s to %s: waiting for backup %s (%s)", running, stepVersion, found.Name, strings.ToLower(string(found.Status.Phase))), RequeueAfter: 2 * time.Second}
 }
 
 // minorUpgrade reports whether going from version a to b raises the minor version.

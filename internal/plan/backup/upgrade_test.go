@@ -44,10 +44,11 @@ func TestBeforeUpgrade(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, create := BeforeUpgrade("etcd", tt.backupSet, tt.s, tt.step, tt.run, tt.backups)
+			got := BeforeUpgrade("etcd", tt.backupSet, tt.s, tt.step, tt.run, tt.backups)
 			if got.Kind != tt.kind || (tt.reason != "" && got.Reason != tt.reason) {
 				t.Fatalf("step %+v, want %s %s", got, tt.kind, tt.reason)
 			}
+			create := got.Backup
 			switch {
 			case tt.create == "" && create != nil:
 				t.Fatalf("creates %+v", create)
