@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -60,7 +61,7 @@ var clusterGVK = v1alpha1.GroupVersion.WithKind("EtcdCluster")
 // writes.
 func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 	healthy := func() observe.Observation {
-		return observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true, Etcd: cluster(3, 1, nil, nil)}
+		return observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true, Etcd: testutil.EtcdObserved(3, 1, nil, nil)}
 	}
 	with := func(f func(*observe.Observation)) observe.Observation { o := healthy(); f(&o); return o }
 	step := func(kind plan.Kind, reason, msg string) func(*observe.Observation) {
@@ -83,7 +84,7 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 		{name: "generation bumped, not observed yet", o: healthy(), want: kstatus.InProgressStatus, reason: "LatestGenerationNotObserved"},
 		{name: "just created, nothing applied yet", o: observe.Observation{SpecReplicas: 3}, observed: true,
 			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonCreating},
-		{name: "members forming", o: observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 1, 3), EtcdAsked: true}, observed: true,
+		{name: "members forming", o: observe.Observation{SpecReplicas: 3, StatefulSet: testutil.StatefulSet(3, 1, 3), EtcdAsked: true}, observed: true,
 			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonCreating},
 		{name: "mid-upgrade: a member restarting onto the new template", observed: true,
 			o:    with(step(plan.Wait, v1alpha1.ReasonMemberRestarting, "member etcd-1 restarted on the new pod template and is not back yet")),
@@ -100,7 +101,7 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 				o.PeerSwitch.Message = "restarting the members onto the transition listener"
 			}),
 			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonSwitchingPeerTLS},
-		{name: "a member down: the operator waits for it", o: with(func(o *observe.Observation) { o.Etcd = cluster(3, 1, []uint64{3}, nil) }), observed: true,
+		{name: "a member down: the operator waits for it", o: with(func(o *observe.Observation) { o.Etcd = testutil.EtcdObserved(3, 1, []uint64{3}, nil) }), observed: true,
 			want: kstatus.InProgressStatus, reason: v1alpha1.ReasonMembersUnhealthy},
 		{name: "quorum lost: members may come back", observed: true,
 			o: with(func(o *observe.Observation) {
@@ -211,7 +212,7 @@ func TestEveryDegradingReasonSaysWhetherItStalls(t *testing.T) {
 // TestStalledIsAWarningAndReconcilingNoEvent: Stalled becoming True is a Warning event and
 // clearing it a Normal one; Reconciling repeats other conditions and gives none.
 func TestStalledIsAWarningAndReconcilingNoEvent(t *testing.T) {
-	healthy := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)}
+	healthy := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)}
 	stalled := healthy
 	stalled.SpecErr = errors.New("spec.chart.values: bad")
 	rolling := healthy

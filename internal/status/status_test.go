@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -20,47 +19,11 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
-
-func sts(replicas, ready, updated int32) *appsv1.StatefulSet {
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Generation: 1},
-		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)},
-		Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: replicas, ReadyReplicas: ready,
-			UpdatedReplicas: updated, CurrentRevision: "a", UpdateRevision: "a"},
-	}
-}
-
-// cluster builds an observation of n voting members; unhealthy lists members that do not
-// answer, alarms members that report errors.
-func cluster(n int, leader uint64, unhealthy []uint64, alarms []uint64) *etcd.Observed {
-	o := &etcd.Observed{Cluster: etcd.Cluster{ClusterID: 7}, Status: map[uint64]etcd.MemberStatus{}, StatusErr: map[uint64]error{}}
-	for i := 1; i <= n; i++ {
-		id := uint64(i)
-		o.Cluster.Members = append(o.Cluster.Members, etcd.Member{ID: id, Name: "m" + string(rune('0'+i)), ClientURLs: []string{"u"}})
-		switch {
-		case contains(unhealthy, id):
-			o.StatusErr[id] = errors.New("connection refused")
-		case contains(alarms, id):
-			o.Status[id] = etcd.MemberStatus{ID: id, Leader: leader, Errors: []string{"NOSPACE"}, Version: "3.6.16"}
-		default:
-			o.Status[id] = etcd.MemberStatus{ID: id, Leader: leader, Version: "3.6.16"}
-		}
-	}
-	return o
-}
 
 // errUserEmpty is how etcd refuses a call without a user while authentication is on.
 var errUserEmpty = fmt.Errorf("failed to get status of etcd member http://m1:2379: %w", rpctypes.ErrUserEmpty)
-
-func contains(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
 
 func TestConditions(t *testing.T) {
 	invalid := errors.New("spec.etcd.extraArgs sets unknown etcd flags: foo; remove them")
@@ -76,105 +39,109 @@ func TestConditions(t *testing.T) {
 		},
 		{
 			name:      "pods starting for the first time",
-			o:         observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 1, 3)},
+			o:         observe.Observation{SpecReplicas: 3, StatefulSet: testutil.StatefulSet(3, 1, 3)},
 			available: "False/QuorumNotReady", progressing: "True/Creating", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name:      "healthy, etcd answers",
-			o:         observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
 		},
 		{
 			name:      "healthy pods, etcd unreachable from the operator: not known to serve",
-			o:         observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 3, 3), EtcdAsked: true, EtcdErr: errors.New("dial timeout")},
+			o:         observe.Observation{SpecReplicas: 3, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true, EtcdErr: errors.New("dial timeout")},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name:      "a formed cluster whose members do not answer",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true, EtcdErr: errors.New("dial timeout")},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true, EtcdErr: errors.New("dial timeout")},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/EtcdUnreachable", ready: "False/NotAvailable",
 		},
 		{
 			name:      "a formed cluster with one member alive and no quorum (path 6)",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true, Reached: 1, EtcdErr: errors.New("context deadline exceeded")},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true, Reached: 1, EtcdErr: errors.New("context deadline exceeded")},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/QuorumLost", ready: "False/NotAvailable",
 		},
 		{
 			name:      "one of three members down keeps quorum but degrades",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 2, 3), Etcd: cluster(3, 1, []uint64{3}, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 2, 3), Etcd: testutil.EtcdObserved(3, 1, []uint64{3}, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
 		},
 		{
 			name:      "an alarm degrades",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, []uint64{2})},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, []uint64{2})},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/MembersUnhealthy", ready: "False/Degraded",
 		},
 		{
 			name:      "two of three down loses quorum",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 1, 3), Etcd: cluster(3, 0, []uint64{2, 3}, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 1, 3), Etcd: testutil.EtcdObserved(3, 0, []uint64{2, 3}, nil)},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/QuorumLost", ready: "False/NotAvailable",
 		},
 		{
 			name:      "no leader is not available",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 0, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 0, nil, nil)},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "False/NotAvailable",
 		},
 		{
 			name: "etcd refuses the operator its status calls (auth on, no user) but serves the member list: locked out, not unreachable",
-			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true,
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true,
 				EtcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), AuthRefused: errUserEmpty, ListVoters: 3},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
 		},
 		{
 			name: "etcd refuses the operator its status calls and its member list: locked out, quorum not known",
-			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), EtcdAsked: true,
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true,
 				EtcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), AuthRefused: errUserEmpty},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/NotAvailable",
 		},
 		{
 			name: "etcd answers, reports auth on, and the operator has no client certificate: locked out",
-			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil),
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil),
 				Auth: &etcd.AuthState{Enabled: true}},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
 		},
 		{
 			name: "etcd reports auth on and the operator presents its certificate: as expected",
-			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil),
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil),
 				Auth: &etcd.AuthState{Enabled: true}, OperatorUser: "etcd-pilot"},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "False/AsExpected", ready: "True/Ready",
 		},
 		{
 			name: "the client port's switch to plain holds while etcd's auth is on",
-			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil),
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil),
 				Auth: &etcd.AuthState{Enabled: true}, OperatorUser: "etcd-pilot", ClientSwitch: "etcd's authentication is on", ClientSwitchHeld: true},
 			available: "True/QuorumAvailable", progressing: "True/SwitchingClientTLS", degraded: "True/AuthStillEnabled", ready: "False/Degraded",
 		},
 		{
 			name:      "a formed cluster with a pod not ready and etcd unreachable is degraded",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 2, 3), EtcdAsked: true},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 2, 3), EtcdAsked: true},
 			available: "False/QuorumNotReady", progressing: "False/Reconciled", degraded: "True/EtcdUnreachable", ready: "False/NotAvailable",
 		},
 		{
-			name:      "pods on an older template",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: func() *appsv1.StatefulSet { s := sts(3, 3, 1); s.Status.UpdateRevision = "b"; return s }(), Etcd: cluster(3, 1, nil, nil)},
+			name: "pods on an older template",
+			o: observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: func() *appsv1.StatefulSet {
+				s := testutil.StatefulSet(3, 3, 1)
+				s.Status.UpdateRevision = "b"
+				return s
+			}(), Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
 		},
 		{
 			name:      "StatefulSet controller behind the spec",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: func() *appsv1.StatefulSet { s := sts(3, 3, 3); s.Generation = 2; return s }(), Etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: func() *appsv1.StatefulSet { s := testutil.StatefulSet(3, 3, 3); s.Generation = 2; return s }(), Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
 		},
 		{
 			// The pass that applies a new StatefulSet reads the old one from the cache, whose
 			// generation the StatefulSet controller observed long ago.
 			name:      "the cached StatefulSet is not the one this pass applied",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 3, 3), StsApplied: "new", Etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), StsApplied: "new", Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "True/RollingOut", degraded: "False/AsExpected", ready: "False/Progressing",
 		},
 		{
 			name: "the cached StatefulSet is the one this pass applied",
-			o: observe.Observation{SpecReplicas: 3, WasAvailable: true, StsApplied: "new", Etcd: cluster(3, 1, nil, nil), StatefulSet: func() *appsv1.StatefulSet {
-				s := sts(3, 3, 3)
+			o: observe.Observation{SpecReplicas: 3, WasAvailable: true, StsApplied: "new", Etcd: testutil.EtcdObserved(3, 1, nil, nil), StatefulSet: func() *appsv1.StatefulSet {
+				s := testutil.StatefulSet(3, 3, 3)
 				s.Annotations = map[string]string{apply.HashAnnotation: "new"}
 				return s
 			}()},
@@ -182,23 +149,23 @@ func TestConditions(t *testing.T) {
 		},
 		{
 			name:      "invalid spec on a healthy cluster",
-			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, SpecErr: invalid, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, WasAvailable: true, SpecErr: invalid, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/InvalidSpec", degraded: "True/InvalidSpec", ready: "False/Degraded",
 		},
 		{
 			name:      "apply refused",
-			o:         observe.Observation{SpecReplicas: 3, ApplyErr: errors.New("failed to apply StatefulSet"), StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, ApplyErr: errors.New("failed to apply StatefulSet"), StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/ApplyFailed", ready: "False/Degraded",
 		},
 		{
 			name:      "paused and healthy",
-			o:         observe.Observation{SpecReplicas: 3, Paused: true, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)},
+			o:         observe.Observation{SpecReplicas: 3, Paused: true, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)},
 			available: "True/QuorumAvailable", progressing: "False/Paused", degraded: "False/AsExpected", ready: "True/Paused",
 		},
 		{
 			name: "learners do not count for quorum",
-			o: observe.Observation{SpecReplicas: 1, StatefulSet: sts(1, 1, 1), Etcd: func() *etcd.Observed {
-				o := cluster(2, 1, []uint64{2}, nil)
+			o: observe.Observation{SpecReplicas: 1, StatefulSet: testutil.StatefulSet(1, 1, 1), Etcd: func() *etcd.Observed {
+				o := testutil.EtcdObserved(2, 1, []uint64{2}, nil)
 				o.Cluster.Members[1].IsLearner = true
 				return o
 			}()},
@@ -222,7 +189,7 @@ func TestConditions(t *testing.T) {
 }
 
 func TestDegradedMessageNamesWhatToFix(t *testing.T) {
-	o := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 2, 3), Etcd: cluster(3, 1, []uint64{3}, []uint64{2})}
+	o := observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 2, 3), Etcd: testutil.EtcdObserved(3, 1, []uint64{3}, []uint64{2})}
 	c := meta.FindStatusCondition(Conditions(o), v1alpha1.ConditionDegraded)
 	for _, want := range []string{"m2: NOSPACE", "m3: connection refused"} {
 		if !strings.Contains(c.Message, want) {
@@ -233,7 +200,7 @@ func TestDegradedMessageNamesWhatToFix(t *testing.T) {
 
 func TestUnchangedObservationKeepsStatus(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", Generation: 1}}
-	o := observe.Observation{Generation: 1, SpecReplicas: 3, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)}
+	o := observe.Observation{Generation: 1, SpecReplicas: 3, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)}
 	topo := render.TopologyOf(c, nil)
 	Set(c, o, topo)
 	first := c.Status.DeepCopy()
@@ -247,11 +214,11 @@ func TestUnchangedObservationKeepsStatus(t *testing.T) {
 }
 
 func TestConditionTransitionsAreEventsOnlyOnChange(t *testing.T) {
-	before := Conditions(observe.Observation{SpecReplicas: 3, StatefulSet: sts(3, 3, 3), Etcd: cluster(3, 1, nil, nil)})
+	before := Conditions(observe.Observation{SpecReplicas: 3, StatefulSet: testutil.StatefulSet(3, 3, 3), Etcd: testutil.EtcdObserved(3, 1, nil, nil)})
 	if got := Transitions(before, before); len(got) != 0 {
 		t.Fatalf("unchanged conditions gave events: %+v", got)
 	}
-	after := Conditions(observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: sts(3, 1, 3), Etcd: cluster(3, 0, []uint64{2, 3}, nil)})
+	after := Conditions(observe.Observation{SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 1, 3), Etcd: testutil.EtcdObserved(3, 0, []uint64{2, 3}, nil)})
 	kinds := map[string]string{}
 	for _, tr := range Transitions(before, after) {
 		kinds[tr.Cond.Type] = tr.EventType
@@ -262,7 +229,7 @@ func TestConditionTransitionsAreEventsOnlyOnChange(t *testing.T) {
 }
 
 func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
-	o := cluster(3, 1, nil, nil)
+	o := testutil.EtcdObserved(3, 1, nil, nil)
 	st := o.Status[1]
 	st.Errors, st.Leader = []string{plan.NoLeaderError}, 0
 	o.Status[1] = st
@@ -272,7 +239,7 @@ func TestElectionInProgressIsNotAnUnhealthyMember(t *testing.T) {
 			t.Fatalf("member %s in an election is reported unhealthy", m.Name)
 		}
 	}
-	alarm := cluster(3, 1, nil, []uint64{2})
+	alarm := testutil.EtcdObserved(3, 1, nil, []uint64{2})
 	members, _, _, _ = MemberStatuses(*alarm)
 	if members[1].Healthy {
 		t.Fatalf("a member with an alarm is reported healthy")
