@@ -21,8 +21,15 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
-// Issue carries out one certificate step: it writes the Secret and updates observed.
+// Issue carries out one certificate step: it writes the Secret and updates observed. Like
+// every step, it ends on Done, failed or not.
 func (x *Executor) Issue(ctx context.Context, c *v1alpha1.EtcdCluster, want certificates.Want, s certificates.Step, observed map[string]certificates.Material, now time.Time) error {
+	err := x.issue(ctx, c, want, s, observed, now)
+	x.Done(c, plan.Kind(s.Kind), err)
+	return err
+}
+
+func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want certificates.Want, s certificates.Step, observed map[string]certificates.Material, now time.Time) error {
 	var m certificates.Material
 	switch s.Kind {
 	case certificates.CreateCA:
@@ -91,7 +98,6 @@ func (x *Executor) Issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 	// The Secret as the related object: each Secret's event is its own (see memberPod).
 	x.Recorder.Eventf(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: s.Secret}}, corev1.EventTypeNormal,
 		"Certificate"+what, string(s.Kind), "%s the certificate in Secret %s (%s)", what, s.Secret, s.Reason)
-	x.Done(c, plan.Kind(s.Kind), nil)
 	return nil
 }
 
