@@ -130,3 +130,30 @@ func TestOnlyTheExecutorWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestTheValuesReadNoStatus holds the spec-to-values path to STYLE.md's memory row: the
+// values computation takes what earlier passes recorded (internal/memory) as a parameter and
+// never reads an object's status, so a render depends on the spec and on one memory loaded
+// once per pass, nothing else.
+func TestTheValuesReadNoStatus(t *testing.T) {
+	files, err := filepath.Glob("internal/values/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Status" {
+				t.Errorf("%s: internal/values reads a status; take it from memory.Memory instead", fset.Position(sel.Pos()))
+			}
+			return true
+		})
+	}
+}

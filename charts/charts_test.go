@@ -23,6 +23,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -653,7 +654,7 @@ func TestRenderClientSwitchPhases(t *testing.T) {
 		{"switch-off-plain", off, values.Phase{Client: v1alpha1.ClientTLSPlain}, "http://$(POD_IP):2379"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := values.ComputeAt(c.cluster, values.DefaultOperator(), c.phase)
+			v, err := values.ComputeAt(c.cluster, values.DefaultOperator(), memory.Of(c.cluster), c.phase)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -670,7 +671,7 @@ func TestRenderClientSwitchPhases(t *testing.T) {
 			testutil.Golden(t, filepath.Join(goldenDir, c.name+".yaml"), got, *update, "go test ./charts -update")
 		})
 	}
-	if _, err := values.ComputeAt(off, values.DefaultOperator(), values.Phase{Client: v1alpha1.ClientTLSBoth}); err == nil || !strings.Contains(err.Error(), "put tls.client back") {
+	if _, err := values.ComputeAt(off, values.DefaultOperator(), memory.Of(off), values.Phase{Client: v1alpha1.ClientTLSBoth}); err == nil || !strings.Contains(err.Error(), "put tls.client back") {
 		t.Errorf("a TLS phase without tls.client nor a live Secret: %v, want a refusal", err)
 	}
 }
@@ -705,7 +706,7 @@ func TestRenderPeerSwitchPhases(t *testing.T) {
 			"http://$(POD_IP):2380,http://$(POD_IP):2382", "http://$(POD_NAME).secure.prod.svc.cluster.local:2380", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := values.ComputeAt(c.cluster, values.DefaultOperator(), values.Phase{Peer: &c.phase})
+			v, err := values.ComputeAt(c.cluster, values.DefaultOperator(), memory.Of(c.cluster), values.Phase{Peer: &c.phase})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -727,7 +728,7 @@ func TestRenderPeerSwitchPhases(t *testing.T) {
 			testutil.Golden(t, filepath.Join(goldenDir, c.name+".yaml"), got, *update, "go test ./charts -update")
 		})
 	}
-	if _, err := values.ComputeAt(off, values.DefaultOperator(), values.Phase{Peer: &values.PeerPhase{Main: "https", Transition: "http"}}); err == nil || !strings.Contains(err.Error(), "put tls.peer back") {
+	if _, err := values.ComputeAt(off, values.DefaultOperator(), memory.Of(off), values.Phase{Peer: &values.PeerPhase{Main: "https", Transition: "http"}}); err == nil || !strings.Contains(err.Error(), "put tls.peer back") {
 		t.Errorf("a TLS peer phase without tls.peer nor a live Secret: %v, want a refusal", err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -210,7 +211,7 @@ func (r *EtcdBackupReconciler) apiReader() ctrl.Reader {
 
 // source observes the cluster's members and picks the one to take the snapshot from.
 func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdCluster) (backupplan.Source, *tls.Config, string, error) {
-	desired, _ := render.Desired(r.Renderer, c, r.Operator)
+	desired, _ := render.Desired(r.Renderer, c, r.Operator, memory.Of(c))
 	// The StatefulSet that runs, when there is one: a cluster's own chart (spec.chart.source)
 	// or patches may name ports differently from the embedded chart.
 	live := &appsv1.StatefulSet{}

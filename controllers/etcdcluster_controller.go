@@ -42,6 +42,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
@@ -277,8 +278,10 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, before, after *
 // status. An invalid spec is reported in conditions and is not retried until it changes.
 func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1.EtcdCluster) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
-	obs := observe.Observation{Cluster: c.Name, Generation: c.Generation, Paused: c.Spec.Paused, WasAvailable: status.WasAvailable(c), Now: time.Now()}
-	_, obs.TargetVersion = versionTargets(c)
+	// What earlier passes recorded, loaded once: the pass reads it from here, not from status.
+	mem := memory.Of(c)
+	obs := observe.Observation{Cluster: c.Name, Memory: mem, Generation: c.Generation, Paused: c.Spec.Paused, WasAvailable: status.WasAvailable(c), Now: time.Now()}
+	_, obs.TargetVersion = versionTargets(c, mem)
 	obs.SnapshotCount = snapshotCount(c)
 	obs.SpecReplicas = render.SpecReplicas(c)
 	obs.Ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
@@ -286,7 +289,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	renderer, specErr := r.sources.For(ctx, c)
 	var desired []*unstructured
 	if specErr == nil {
-		desired, specErr = render.Desired(renderer, c, r.Operator)
+		desired, specErr = render.Desired(renderer, c, r.Operator, mem)
 	} else if !render.IsChartSourceError(specErr) {
 		return ctrl.Result{}, specErr
 	}
@@ -295,7 +298,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	topo := render.TopologyOf(c, desired)
 	if specErr == nil && !c.Spec.Paused {
 		// Certificates first: the members mount them, and the operator dials with its own.
-		cfg, err := r.reconcileTLS(ctx, c, topo)
+		cfg, err := r.reconcileTLS(ctx, c, mem, topo)
 		switch {
 		case render.IsTLSError(err):
 			specErr, obs.SpecErr = err, err
@@ -332,7 +335,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	}
 	phase.Peer = ps.Phase()
 	if specErr == nil && (phase.Client != "" || phase.Peer != nil) {
-		desired, specErr = render.DesiredAt(renderer, c, r.Operator, phase)
+		desired, specErr = render.DesiredAt(renderer, c, r.Operator, mem, phase)
 		obs.SpecErr = specErr
 		if specErr == nil {
 			// Members started on this render advertise the phase's peer URL.
@@ -367,10 +370,10 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if specErr == nil && !c.Spec.Paused {
 		applyErr = r.exec.EnsureFoundingConfig(ctx, c, topo)
 		if applyErr == nil {
-			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c))
+			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c, mem))
 		}
 		obs.ApplyErr = applyErr
-		if applyErr == nil && !holdStatefulSet(c) {
+		if applyErr == nil && !holdStatefulSet(c, mem) {
 			obs.StsApplied = appliedHash(desired, "StatefulSet", topo.StatefulSet)
 		}
 	}
@@ -381,7 +384,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	backupNext, backupErr := r.reconcileBackups(ctx, c, &obs)
 	var memberErr error
 	restoring := false
-	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && (obs.AuthRefused == nil || restore.Active(c.Status.Restore)) {
+	if specErr == nil && applyErr == nil && !c.Spec.Paused && backupErr == nil && (obs.AuthRefused == nil || restore.Active(mem.Restore)) {
 		// A restore (spec.bootstrap, or disaster recovery) goes first; membership, rollout and
 		// maintenance wait while one is wanted or under way. etcd refusing the operator as a
 		// user answered it: that is no lost quorum, and nothing to start a restore over (one
@@ -676,13 +679,12 @@ func snapshotCount(c *v1alpha1.EtcdCluster) uint64 {
 
 // versionTargets returns the version rendered now (the next step towards the target, see
 // internal/versions) and the target, spec.version or its default.
-func versionTargets(c *v1alpha1.EtcdCluster) (step, target string) {
+func versionTargets(c *v1alpha1.EtcdCluster, m memory.Memory) (step, target string) {
 	target = c.Spec.Version
 	if target == "" {
 		target = v1alpha1.DefaultVersion
 	}
-	step, _ = versions.Step(target, versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion,
-		LegacyLog: c.Status.LegacyLogIndex != 0})
+	step, _ = versions.Step(target, m.Running)
 	return step, target
 }
 

@@ -37,14 +37,14 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	// Once membership matches the spec (or only waits for an unhealthy member, which may be
 	// one restarting or failing on a new template), the pod template may roll out.
 	if _, _, asked := plan.Above(p, plan.PlannerRollout); asked && o.StatefulSet != nil {
-		step, target := versionTargets(c)
+		step, target := versionTargets(c, o.Memory)
 		ro := rollout.Observation{
 			UpdateRevision: o.StatefulSet.Status.UpdateRevision,
 			StsCaughtUp:    status.StsCaughtUp(*o),
 			Pods:           rollout.PodsOf(mo.Pods), Etcd: mo.Etcd, Now: mo.Now,
 			MemberTimeout: rollout.DefaultMemberTimeout, MaxLag: membership.LearnerMaxLag,
 			StepVersion: step, TargetVersion: target,
-			LegacyLogIndex: c.Status.LegacyLogIndex, SnapshotCount: snapshotCount(c),
+			LegacyLogIndex: o.Memory.LegacyLogIndex, SnapshotCount: snapshotCount(c),
 			Missing: observe.MissingOf(mo.Pods),
 		}
 		if d := c.Spec.Upgrade.MemberTimeout; d != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
@@ -13,8 +14,8 @@ import (
 
 // holdStatefulSet reports whether the StatefulSet is kept back this pass: a bootstrap restore
 // has not finished, and founders must never start on empty volumes.
-func holdStatefulSet(c *v1alpha1.EtcdCluster) bool {
-	return restore.HoldStatefulSet(c.Spec.Bootstrap != nil, c.Status.ClusterID != "", c.Status.Restore)
+func holdStatefulSet(c *v1alpha1.EtcdCluster, m memory.Memory) bool {
+	return restore.HoldStatefulSet(c.Spec.Bootstrap != nil, m.Formed(), m.Restore)
 }
 
 // restoreProposal is the restore planner's proposal for a pass (step, after the gate) and
@@ -39,7 +40,7 @@ func (r *EtcdClusterReconciler) proposeRestore(ctx context.Context, c *v1alpha1.
 		return restoreProposal{step: a.Step}, nil
 	}
 	ev.Etcd, ev.Answers, ev.StatefulSet, ev.StsReplicas, ev.Desired = o.Etcd, o.Answers, t.StatefulSet, ro.StsReplicas, render.SpecReplicas(c)
-	ev.Formed = c.Status.ClusterID != "" || (o.Etcd != nil && o.Etcd.Leader() != 0)
+	ev.Formed = o.Memory.Formed() || (o.Etcd != nil && o.Etcd.Leader() != 0)
 	ev.PeerURL, ev.MaxLag = t.PeerURL, membership.LearnerMaxLag
 	return restoreProposal{step: plan.Gate(a.Step, ev), action: a, observation: ro, sources: srcs}, nil
 }

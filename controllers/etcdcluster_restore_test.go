@@ -31,6 +31,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -503,7 +504,8 @@ func (h *restoreHarness) untilRestorePods(t *testing.T, id string) []*corev1.Pod
 // rendered is the StatefulSet the chart renders for the cluster now.
 func (h *restoreHarness) rendered(t *testing.T) *appsv1.StatefulSet {
 	t.Helper()
-	objs, err := render.Desired(h.renderer, h.cluster(t), values.DefaultOperator())
+	cl := h.cluster(t)
+	objs, err := render.Desired(h.renderer, cl, values.DefaultOperator(), memory.Of(cl))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -24,7 +25,7 @@ const userSecretRecheck = 10 * time.Second
 // operator keeps, asking cert-manager for those of source CertManager), records their expiry
 // in status, and returns the TLS configuration the operator dials the members' client port
 // with (nil when the client port is plain).
-func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology) (*tls.Config, error) {
+func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.EtcdCluster, m memory.Memory, t render.Topology) (*tls.Config, error) {
 	spec := c.Spec.TLS
 	if spec == nil || (spec.Peer == nil && spec.Client == nil) {
 		c.Status.Certificates = nil
@@ -45,7 +46,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		// A formed cluster's members run with this CA's certificates once any of them (or the
 		// pod template) mounts a TLS Secret; before that (TLS turned on on a live plain
 		// cluster) the CA is created like for a new cluster.
-		if c.Status.ClusterID != "" {
+		if m.Formed() {
 			var err error
 			if want.Formed, err = observe.MembersMountTLS(ctx, r.cached(ctx), c, t); err != nil {
 				return nil, err

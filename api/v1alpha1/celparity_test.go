@@ -19,6 +19,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -253,7 +254,7 @@ func goValidate(t *testing.T, spec v1alpha1.EtcdClusterSpec) error {
 	}
 	c := newCluster("ns", "parity", func(s *v1alpha1.EtcdClusterSpec) { *s = *spec.DeepCopy() })
 	c.UID = "4e2d6f6a-0000-4000-8000-000000000001"
-	_, err := render.Desired(parityRenderer, c, values.DefaultOperator())
+	_, err := render.Desired(parityRenderer, c, values.DefaultOperator(), memory.Of(c))
 	return err
 }
 

@@ -61,10 +61,10 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 	case restore.CreateClaim:
 		err = x.createClaim(ctx, c, a.Member, desired)
 	case restore.RunRestorePod:
-		err = x.runRestorePod(ctx, c, t, a.Member, srcs, desired)
+		err = x.runRestorePod(ctx, c, t, ro.Record, a.Member, srcs, desired)
 	case restore.DeleteRestorePod, restore.CleanUp:
 		k, _ := plan.Ordinal(t.StatefulSet, a.Member)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restore.PodName(c.Name, c.Status.Restore.ID, k)}}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: restore.PodName(c.Name, ro.Record.ID, k)}}
 		err = client.IgnoreNotFound(x.Client.Delete(ctx, pod))
 		if err == nil && a.Record != nil {
 			c.Status.Restore = a.Record
@@ -92,7 +92,7 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 	}
 	evType := corev1.EventTypeNormal
 	if a.Reason == v1alpha1.ReasonRecoveringFromBackup || a.Reason == v1alpha1.ReasonRestoreFailed ||
-		(a.Kind == restore.FinishRestore && c.Status.Restore.Cause == v1alpha1.RestoreCauseDisasterRecovery) {
+		(a.Kind == restore.FinishRestore && a.Record != nil && a.Record.Cause == v1alpha1.RestoreCauseDisasterRecovery) {
 		evType = corev1.EventTypeWarning
 	}
 	x.Recorder.Eventf(c, MemberPod(c.Namespace, a.Member), evType, a.Reason, string(a.Kind), "%s", a.Message)
@@ -199,8 +199,7 @@ func (x *Executor) createClaim(ctx context.Context, c *v1alpha1.EtcdCluster, mem
 // cluster's etcd image restores it with the founding list and the restore's cluster token;
 // restore-finish checks the result and deletes the staging folder. The founding list is read
 // past the cache.
-func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, member string, srcs observe.RestoreSources, desired []*unstructuredv1.Unstructured) error {
-	rec := c.Status.Restore
+func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, rec *v1alpha1.RestoreStatus, member string, srcs observe.RestoreSources, desired []*unstructuredv1.Unstructured) error {
 	src, ok := srcs[rec.Location]
 	if !ok {
 		return fmt.Errorf("the restore's source %s is not resolved", rec.Location)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -41,7 +42,10 @@ func OperatorUser(t render.Topology) string {
 // it.
 type Observation struct {
 	// Cluster is the EtcdCluster's name.
-	Cluster      string
+	Cluster string
+	// Memory is what earlier passes recorded, loaded once at the start of this pass
+	// (memory.Of); nothing in the pass reads it from the object's status again.
+	Memory       memory.Memory
 	Generation   int64
 	SpecReplicas int32
 	Paused       bool

@@ -93,7 +93,7 @@ type RestoreReads struct {
 func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t render.Topology, o *Observation) (ro restore.Observation, srcs RestoreSources, drEv plan.Evidence, err error) {
 	srcs = RestoreSources{}
 	ro = restore.Observation{
-		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: c.Status.Restore,
+		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: o.Memory.Restore,
 		Formed: c.Status.ClusterID != "", Policy: c.Spec.DisasterRecovery.Policy, After: time.Minute,
 		MaxAttempts: restoreMaxAttempts, Now: o.Now,
 	}
@@ -125,7 +125,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 	// pods, claims and recorded member list read past the cache. A cluster etcd shows serving
 	// needs none of it.
 	ro.Ephemeral = c.Spec.Storage.Ephemeral != nil && *c.Spec.Storage.Ephemeral
-	stopping := c.Status.Restore != nil && c.Status.Restore.Phase == v1alpha1.RestoreStopping
+	stopping := o.Memory.Restore != nil && o.Memory.Restore.Phase == v1alpha1.RestoreStopping
 	servingNow := o.Etcd != nil && plan.Serving(*o.Etcd)
 	if ro.Formed && (!servingNow || stopping) {
 		ev, err := recoveryEvidence(ctx, rd.APIReader, c, t)
@@ -159,7 +159,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 		rd.QuorumLoss.Observe(c.UID, false, o.Now)
 	}
 	ro.QuorumLostSince = rd.QuorumLoss.LostSince(c.UID)
-	if ro.QuorumLost || restore.Active(c.Status.Restore) {
+	if ro.QuorumLost || restore.Active(o.Memory.Restore) {
 		latest, err := latestBackup(ctx, rd.Client, rd.APIReader, c, o.TargetVersion)
 		if err != nil {
 			return ro, srcs, drEv, err
@@ -169,7 +169,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 			srcs[latest.Location] = *latest
 		}
 	}
-	if rec := c.Status.Restore; rec != nil && restore.Active(rec) {
+	if rec := o.Memory.Restore; rec != nil && restore.Active(rec) {
 		if _, ok := srcs[rec.Location]; !ok {
 			// The source of a restore under way, resolved again from what it recorded.
 			s, problem, err := recordedSource(ctx, rd.Client, c, rec, o.TargetVersion)
@@ -308,7 +308,7 @@ func recoveryPods(statefulSet string, ephemeral bool, pods []corev1.Pod, claims 
 // restoreFounders fills Founders: while members are being stopped, every ordinal that has a
 // member pod; afterwards, the founding list.
 func restoreFounders(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, t render.Topology, ro *restore.Observation) error {
-	rec := c.Status.Restore
+	rec := ro.Record
 	wanted := ro.Bootstrap != nil && rec == nil
 	if rec == nil && !wanted {
 		return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/postrender"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -40,13 +41,14 @@ func (t Topology) PeerURL(pod string) string {
 // values computed from c for an operator running as op, each with c as its controlling owner when c has a UID (an object
 // read from a file has none, and then the chart's output is returned as is). An error means
 // the spec cannot be turned into objects; its message says what to fix.
-func Desired(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator) ([]*unstructured, error) {
-	return DesiredAt(r, c, op, values.Phase{})
+// m is what the pass remembers (memory.Of(c) outside a pass).
+func Desired(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator, m memory.Memory) ([]*unstructured, error) {
+	return DesiredAt(r, c, op, m, values.Phase{})
 }
 
 // DesiredAt is Desired rendering phase p of a switch between plain and TLS.
-func DesiredAt(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator, p values.Phase) ([]*unstructured, error) {
-	vals, err := values.ComputeAt(c, op, p)
+func DesiredAt(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator, m memory.Memory, p values.Phase) ([]*unstructured, error) {
+	vals, err := values.ComputeAt(c, op, m, p)
 	if err != nil {
 		return nil, err
 	}

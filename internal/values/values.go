@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -72,8 +73,11 @@ func BackupPodLabels(cluster string) map[string]string {
 // fails for a spec the API server would refuse today but may have stored before a rule existed
 // (an owned or unknown etcd flag), and with a *VersionError for a version below the cluster
 // version etcd reports.
+//
+// Typed takes the memory the object's status records (memory.Of): for a caller outside a pass
+// (etcd-pilot render, tests). A pass loads its memory once and calls TypedAt.
 func Typed(c *v1alpha1.EtcdCluster, op Operator) (charts.Values, error) {
-	return TypedAt(c, op, Phase{})
+	return TypedAt(c, op, memory.Of(c), Phase{})
 }
 
 // Phase is what a pass renders where a switch between plain and TLS is under way, instead of
@@ -113,8 +117,9 @@ func ClientTarget(c *v1alpha1.EtcdCluster) v1alpha1.ClientTLSMode {
 	return v1alpha1.ClientTLSOnly
 }
 
-// TypedAt is Typed rendering the phase p.
-func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, error) {
+// TypedAt is Typed with what the pass remembers (m: the versions etcd reported, the trust
+// bundle's generation) given, rendering the phase p. It reads nothing of c.Status.
+func TypedAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (charts.Values, error) {
 	s := c.Spec
 	v := charts.Values{
 		Replicas:          DefaultReplicas,
@@ -140,8 +145,8 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, erro
 		target = v1alpha1.DefaultVersion
 	}
 	// The members run the next step towards the target: the target itself, or an intermediate
-	// release when it is more than one minor ahead of what etcd reports (status).
-	running := versions.Running{ClusterVersion: c.Status.ClusterVersion, Lowest: c.Status.CurrentVersion, LegacyLog: c.Status.LegacyLogIndex != 0}
+	// release when it is more than one minor ahead of what etcd reported (memory).
+	running := m.Running
 	if err := versions.Check(target, running); err != nil {
 		return charts.Values{}, &VersionError{Err: err}
 	}
@@ -197,7 +202,7 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (charts.Values, erro
 	}
 	v.TLS = tv
 	v.NetworkPolicy = networkPolicyValues(c, op)
-	if g := c.Status.TrustGeneration; g > 0 && v.TLS != nil {
+	if g := m.TrustGeneration; g > 0 && v.TLS != nil {
 		// The members read the CA bundle at start only: a new bundle generation changes the
 		// pod template, so the rollout restarts them onto it one at a time.
 		ann := make(map[string]string, len(v.PodAnnotations)+1)
@@ -323,13 +328,15 @@ func MembershipConfigMapName(cluster string) string { return cluster + "-members
 // spec.chart.values sets a key of v1alpha1.GuardedChartValues, as admission does, for objects
 // stored before the rule existed. The inventory label and the managed-by value are put back
 // after the merge: pruning depends on them.
+//
+// Compute takes the memory the object's status records, like Typed.
 func Compute(c *v1alpha1.EtcdCluster, op Operator) (map[string]any, error) {
-	return ComputeAt(c, op, Phase{})
+	return ComputeAt(c, op, memory.Of(c), Phase{})
 }
 
-// ComputeAt is Compute rendering the phase p.
-func ComputeAt(c *v1alpha1.EtcdCluster, op Operator, p Phase) (map[string]any, error) {
-	t, err := TypedAt(c, op, p)
+// ComputeAt is Compute with the pass's memory m, rendering the phase p.
+func ComputeAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (map[string]any, error) {
+	t, err := TypedAt(c, op, m, p)
 	if err != nil {
 		return nil, err
 	}

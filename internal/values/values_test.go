@@ -19,8 +19,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
+	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from the current output")
@@ -688,5 +690,28 @@ func TestDefaultOperatorIsTheDeployment(t *testing.T) {
 	}
 	if l, err := labels.ConvertSelectorToLabelsMap(values.DefaultOperatorPodLabels); err != nil || !reflect.DeepEqual(map[string]string(l), op.PodLabels) {
 		t.Errorf("DefaultOperatorPodLabels %q parses to %v (%v), DefaultOperator has %v", values.DefaultOperatorPodLabels, l, err, op.PodLabels)
+	}
+}
+
+// TestTypedAtTakesThePassMemory: a pass's render depends on the memory it loaded at its
+// start, not on what the object's status holds by the time it renders (a certificates step
+// earlier in the pass may have recorded a new trust generation in status).
+func TestTypedAtTakesThePassMemory(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace = "e", "ns"
+	c.Spec.Version = "3.7.3"
+	c.Spec.TLS = &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}}
+	c.Status.ClusterVersion, c.Status.CurrentVersion, c.Status.TrustGeneration = "3.6.0", "3.6.16", 3
+	m := memory.Memory{Running: versions.Running{ClusterVersion: "3.5.0", Lowest: "3.5.35"}, TrustGeneration: 2}
+	v, err := values.TypedAt(c, values.DefaultOperator(), m, values.Phase{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Etcd.Version != "3.6.16" || v.PodAnnotations[v1alpha1.AnnotationTrustGeneration] != "2" {
+		t.Fatalf("version %s, trust generation %q: want the memory's step 3.6.16 and generation 2", v.Etcd.Version, v.PodAnnotations[v1alpha1.AnnotationTrustGeneration])
+	}
+	// Outside a pass (etcd-pilot render), the memory is what the object's status records.
+	if v, err = values.Typed(c, values.DefaultOperator()); err != nil || v.Etcd.Version != "3.7.3" || v.PodAnnotations[v1alpha1.AnnotationTrustGeneration] != "3" {
+		t.Fatalf("Typed: version %s, generation %q, error %v", v.Etcd.Version, v.PodAnnotations[v1alpha1.AnnotationTrustGeneration], err)
 	}
 }

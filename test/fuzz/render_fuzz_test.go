@@ -19,6 +19,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -113,7 +114,7 @@ func FuzzDesiredFromJSON(f *testing.F) {
 			return
 		}
 		c := cluster(spec)
-		objs, err := render.Desired(embedded(t), c, values.DefaultOperator())
+		objs, err := render.Desired(embedded(t), c, values.DefaultOperator(), memory.Of(c))
 		if err != nil {
 			checkClearError(t, err)
 			return
@@ -179,7 +180,7 @@ func FuzzDesiredAdmissible(f *testing.F) {
 			}
 		}
 		c := cluster(spec)
-		objs, err := render.Desired(embedded(t), c, values.DefaultOperator())
+		objs, err := render.Desired(embedded(t), c, values.DefaultOperator(), memory.Of(c))
 		if err != nil {
 			var ve *values.VersionError
 			if errors.As(err, &ve) {
