@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,7 +140,24 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 		t.Fatal("etcd was called although the record could not be stored")
 	}
 
-	// etcd-1 applies again: the record goes.
+	// etcd-1's applied index moves while it still holds its database (an AuthStatus entry
+	// needs none): the record stands until it serves a read.
+	f.Edit(func(_ *etcd.Cluster, sts map[string]etcd.MemberStatus) {
+		st := sts[ep1]
+		st.AppliedIndex = 1001
+		sts[ep1] = st
+	})
+	f.ErrReads = map[string]error{ep1: context.DeadlineExceeded}
+	got = getFresh(t, r, c)
+	if d, why, err := defragmentation(ctx, r, got, observeFake(t, f)); err != nil || d == nil || !strings.Contains(why, "serves no read of its database yet") {
+		t.Fatalf("a member that applies an entry while defragmenting: %+v %q %v", d, why, err)
+	}
+	if _, ok := storedRecord(t, r, c); !ok {
+		t.Fatal("the record went while the member held its database")
+	}
+
+	// etcd-1 applies again and serves reads: the record goes.
+	f.ErrReads = nil
 	f.Edit(func(_ *etcd.Cluster, sts map[string]etcd.MemberStatus) {
 		st := sts[ep1]
 		st.AppliedIndex = 1200
@@ -170,6 +188,12 @@ func TestDefragmentationIsRecordedBeforeItStarts(t *testing.T) {
 // takes it: the record read with the EtcdCluster, removed by the executor when etcd shows it
 // over; one that stands is returned with what it waits for.
 func defragmentation(ctx context.Context, r *EtcdClusterReconciler, c *v1alpha1.EtcdCluster, e *etcd.Observed) (*plan.Defragmentation, string, error) {
+	// The observation asks the recorded member for a read of its database (observe.Members).
+	cl, err := r.DialEtcd(ctx, nil, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	observe.ReadsOfDefragmented(ctx, cl, time.Second, c, render.Topology{ClientScheme: "http", Service: "etcd", Namespace: "ns", ClientPort: 2379}, e)
 	d, why, over := observe.Defragmentation(c, e)
 	if !over {
 		return d, why, nil

@@ -239,7 +239,7 @@ func (r *EtcdBackupReconciler) source(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	t.ClientScheme = sw.Decision.Dial
 	t.TLS = observe.DialTLS(ctx, r.Client, c, t.ClientScheme, t.TLS)
-	o := observe.Observation{}
+	o := observe.Observation{Memory: memory.Of(c)}
 	if err := observe.Members(ctx, r.Client, r.DialEtcd, r.EtcdTimeout, c, t, &o); err != nil {
 		return backupplan.Source{}, nil, "", err
 	}

@@ -65,13 +65,13 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		upTo, _, _ := plan.Above(p, plan.PlannerMaintenance)
 		o.Upgrade, o.UpgradeKnown = rollout.Progress(ro, upTo), true
 	}
-	// A recorded defragmentation that etcd shows over goes before any planner decides.
+	// A recorded defragmentation that etcd shows over counts as none for the planners and the
+	// gate; the executor removes its record after the gate, before the step.
 	defrag, defragWait, over := observe.Defragmentation(c, mo.Etcd)
+	var ended *plan.Defragmentation
+	var endedWhy string
 	if over {
-		if err := r.exec.EndDefragmentation(ctx, c, defrag, defragWait); err != nil {
-			return soFar(), err
-		}
-		defrag, defragWait = nil, ""
+		ended, endedWhy, defrag, defragWait = defrag, defragWait, nil, ""
 	}
 	p.Defragmenting = defrag != nil
 	if above, _, asked := plan.Above(p, plan.PlannerMaintenance); asked && mo.Etcd != nil {
@@ -107,5 +107,10 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		ev.PeerURLAnswers = map[string]string{a.PeerURL: observe.AskPeer(ctx, r.Client, r.apiReader(), r.EtcdTimeout, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, ps.Secret(c))}
 	}
 	a = plan.Gate(a, ev)
+	if ended != nil {
+		if err := r.exec.EndDefragmentation(ctx, c, ended, endedWhy); err != nil {
+			return a, err
+		}
+	}
 	return a, r.exec.ExecuteMembership(ctx, c, t, mo, a, &r.compacted)
 }

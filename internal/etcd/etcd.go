@@ -61,6 +61,12 @@ type Client interface {
 	// back to the file system. The member serves no reads or writes while it runs, so the
 	// caller must defragment one member at a time.
 	Defragment(ctx context.Context, endpoint string) error
+	// ServesReads asks the member serving endpoint (a client URL), over a connection to that
+	// member only, for a serializable read of one key: an answer from its own database. A
+	// member being defragmented holds its database's read lock and answers none until the
+	// defragmentation finished, though its applied index can move meanwhile (entries that need
+	// no database, such as AuthStatus, still apply). nil means it served the read.
+	ServesReads(ctx context.Context, endpoint string) error
 	// Alarms lists the cluster's active alarms (alarms are replicated: any member answers).
 	Alarms(ctx context.Context) ([]Alarm, error)
 	// DisarmAlarm clears one alarm. The caller must first remove its cause (for NOSPACE:
@@ -498,6 +504,23 @@ func (s *snapshotStream) Close() error {
 func (c *client) Defragment(ctx context.Context, endpoint string) error {
 	if _, err := c.c.Defragment(ctx, endpoint); err != nil {
 		return fmt.Errorf("failed to defragment etcd member %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// readProbeKey is the key ServesReads reads (keys only, at most one): a key no one writes,
+// so the read costs the member one lookup in its database.
+const readProbeKey = "\x00etcd-pilot/read-probe"
+
+func (c *client) ServesReads(ctx context.Context, endpoint string) error {
+	conn, err := c.c.Dial(endpoint)
+	if err != nil {
+		return fmt.Errorf("failed to dial etcd member %s: %w", endpoint, err)
+	}
+	defer conn.Close()
+	_, err = pb.NewKVClient(conn).Range(ctx, &pb.RangeRequest{Key: []byte(readProbeKey), Serializable: true, KeysOnly: true, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("failed to read from the database of etcd member %s: %w", endpoint, rpctypes.Error(err))
 	}
 	return nil
 }

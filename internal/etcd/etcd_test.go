@@ -641,3 +641,67 @@ func TestObserveEndpointsRecordsEveryMemberWhileCallsRun(t *testing.T) {
 		}
 	}
 }
+
+// TestServesReadsIsHeldByADefragmentation is the evidence plan.DefragmentationOver rests on,
+// read from a real etcd: a member answers a serializable read of its database while it is not
+// being defragmented, answers none while a defragmentation runs (its applied index can still
+// move: entries such as AuthStatus need no database), and answers again once it finished.
+func TestServesReadsIsHeldByADefragmentation(t *testing.T) {
+	ep := etcdproc.Start(t, "127.0.41.6")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	c, err := etcd.Dial(ctx, []string{ep}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.ServesReads(ctx, ep); err != nil {
+		t.Fatalf("an idle member serves no read: %v", err)
+	}
+	// Live data a defragmentation must copy: long enough to be caught in the act.
+	cli := kv(t, ep)
+	value := strings.Repeat("x", 64<<10)
+	for i := range 1536 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("live/%04d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := c.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Defragment(ctx, ep) }()
+	var held, moved bool
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		case <-time.After(20 * time.Millisecond):
+			rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			err := c.ServesReads(rctx, ep)
+			rcancel()
+			if err != nil {
+				held = true
+				// The apply loop goes on for an entry that needs no database.
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				_, aerr := c.Auth(actx, nil)
+				acancel()
+				st, serr := c.Status(ctx, ep)
+				if aerr == nil && serr == nil && st.AppliedIndex > before.AppliedIndex {
+					moved = true
+				}
+			}
+		}
+	}
+	if !held {
+		t.Fatal("every read during the defragmentation was served: the probe is no evidence of one running")
+	}
+	t.Logf("a read was held during the defragmentation; the applied index moved meanwhile: %v", moved)
+	if err := c.ServesReads(ctx, ep); err != nil {
+		t.Fatalf("no read served after the defragmentation: %v", err)
+	}
+}

@@ -28,10 +28,13 @@ type Fake struct {
 	CompactRevision int64
 
 	// Injected errors.
-	ErrMemberList  error
-	ErrStatus      map[string]error
-	ErrSnapshot    map[string]error
-	ErrDefragment  map[string]error
+	ErrMemberList error
+	ErrStatus     map[string]error
+	ErrSnapshot   map[string]error
+	ErrDefragment map[string]error
+	// ErrReads are ServesReads' answers by endpoint (a member being defragmented answers
+	// none); an endpoint with a status reply and no entry serves reads.
+	ErrReads       map[string]error
 	ErrAlarms      error
 	ErrDisarmAlarm error
 	ErrCompact     error
@@ -92,6 +95,13 @@ func (a anonymous) Status(ctx context.Context, endpoint string) (MemberStatus, e
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: %w", endpoint, errUserEmpty)
 	}
 	return a.f.Status(ctx, endpoint)
+}
+
+func (a anonymous) ServesReads(ctx context.Context, endpoint string) error {
+	if a.refused("ServesReads") {
+		return fmt.Errorf("failed to read from the database of etcd member %s: %w", endpoint, errUserEmpty)
+	}
+	return a.f.ServesReads(ctx, endpoint)
 }
 
 func (a anonymous) AddLearner(ctx context.Context, peerURLs []string) (Member, error) {
@@ -265,6 +275,20 @@ func (f *Fake) Status(_ context.Context, endpoint string) (MemberStatus, error) 
 		return MemberStatus{}, fmt.Errorf("failed to get status of etcd member %s: no such endpoint", endpoint)
 	}
 	return st, nil
+}
+
+// ServesReads implements Client.
+func (f *Fake) ServesReads(_ context.Context, endpoint string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("ServesReads")
+	if err := f.ErrReads[endpoint]; err != nil {
+		return err
+	}
+	if _, ok := f.Statuses[endpoint]; !ok {
+		return fmt.Errorf("failed to read from the database of etcd member %s: no such endpoint", endpoint)
+	}
+	return nil
 }
 
 // AddLearner implements Client.

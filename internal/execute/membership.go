@@ -437,7 +437,8 @@ func (x *Executor) defragment(ctx context.Context, c *v1alpha1.EtcdCluster, t re
 }
 
 // EndDefragmentation removes the record of defragmentation d, which etcd shows over (why is
-// its evidence: see observe.Defragmentation), before any planner decides.
+// its evidence: see observe.Defragmentation). The pass's step was decided and gated as if it
+// were gone; it runs only once the record is.
 func (x *Executor) EndDefragmentation(ctx context.Context, c *v1alpha1.EtcdCluster, d *plan.Defragmentation, why string) error {
 	if err := x.setRecord(ctx, c, observe.DefragmentationAnnotation, nil); err != nil {
 		return fmt.Errorf("failed to remove the record of the finished defragmentation of %s: %w", d.Member, err)

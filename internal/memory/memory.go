@@ -12,6 +12,7 @@
 //     each step it takes.
 //   - TrustGeneration and CARotation are read from the CA Secret the operator keeps, which
 //     only the executor writes; the pass records them in status after the certificates step.
+//   - AuthEnabled is what etcd last answered of its authentication, recorded by status.Set.
 //   - ExtraKinds are the kinds beyond the built-in ones the chart rendered, recorded before
 //     the first object of a kind is applied, so a later pass can prune them.
 //
@@ -46,6 +47,8 @@ type Memory struct {
 	Restore *v1alpha1.RestoreStatus
 	// ExtraKinds are the kinds beyond the built-in ones rendered so far (apiVersion/Kind).
 	ExtraKinds []string
+	// AuthEnabled is what etcd last said of its authentication (nil: not known yet).
+	AuthEnabled *bool
 }
 
 // Formed reports whether the cluster formed: etcd reported its cluster ID.
@@ -62,6 +65,10 @@ func Of(c *v1alpha1.EtcdCluster) Memory {
 		TrustGeneration: s.TrustGeneration,
 		CARotation:      s.CARotation,
 		ExtraKinds:      append([]string(nil), s.ExtraKinds...),
+	}
+	if s.AuthEnabled != nil {
+		on := *s.AuthEnabled
+		m.AuthEnabled = &on
 	}
 	if s.Restore != nil {
 		m.Restore = s.Restore.DeepCopy()

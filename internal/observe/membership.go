@@ -50,8 +50,8 @@ func Membership(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdClus
 		Desired: render.SpecReplicas(c), StatefulSet: t.StatefulSet, Etcd: o.Etcd, Reached: o.Reached,
 		// Formed: etcd reported a cluster ID before, or members answer with a leader now (a lone
 		// founder of etcd 3.5 lists its founding peers before any quorum exists).
-		Bootstrapped: c.Status.ClusterID != "" || (o.Etcd != nil && o.Etcd.Leader() != 0),
-		FormedBefore: c.Status.ClusterID != "",
+		Bootstrapped: o.Memory.Formed() || (o.Etcd != nil && o.Etcd.Leader() != 0),
+		FormedBefore: o.Memory.Formed(),
 		PeerURL:      t.PeerURL, LearnerMaxLag: membership.LearnerMaxLag, LostMemberTimeout: membership.DefaultReplaceAfter,
 		DeletePVCOnScaleIn: c.Spec.Storage.Retention.WhenScaledIn != v1alpha1.RetentionRetain,
 		Now:                time.Now(),
@@ -289,7 +289,8 @@ func MemberRecord(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluste
 
 // Defragmentation reads the defragmentation record of c (nil when there is none). A readable
 // record that etcd, read in this pass (e), shows over is returned with over set and why as the
-// evidence: the executor removes it (EndDefragmentation) before any planner decides. One that
+// evidence: the planners and the gate decide as if there were none, and the executor removes
+// it (EndDefragmentation) after the gate, before the pass's step. One that
 // stands is returned with what it waits for (why). An unreadable one is returned as it is (the
 // gate refuses disruptions while it stands), never taken for none.
 func Defragmentation(c *v1alpha1.EtcdCluster, e *etcd.Observed) (d *plan.Defragmentation, why string, over bool) {

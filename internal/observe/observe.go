@@ -179,7 +179,8 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 		return nil
 	}
 	o.Etcd = &obs
-	if !authMayMatter(c, o.AuthRefused) {
+	ReadsOfDefragmented(ctx, cl, timeout, c, t, o.Etcd)
+	if !authMayMatter(c, o.Memory, o.AuthRefused) {
 		return nil
 	}
 	// etcd's authentication, once per pass while it may be on: whether the operator is locked
@@ -199,10 +200,34 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 	return nil
 }
 
+// ReadsOfDefragmented asks the member a defragmentation record names for a read of its own
+// database, once it answered with an applied index past the record's: the applied index alone
+// is no evidence that the defragmentation finished (entries that need no database apply while
+// it runs). The answer goes into e.Reads, for plan.DefragmentationOver.
+func ReadsOfDefragmented(ctx context.Context, cl etcd.Client, timeout time.Duration, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed) {
+	raw, ok := c.Annotations[DefragmentationAnnotation]
+	if !ok {
+		return
+	}
+	d := plan.ParseDefragmentation(raw)
+	if st, ok := e.Status[d.ID]; d.Unreadable != "" || !ok || st.AppliedIndex <= d.AppliedIndex {
+		return
+	}
+	for _, m := range e.Cluster.Members {
+		if m.ID != d.ID || m.Name == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		err := cl.ServesReads(rctx, t.Endpoint(m.Name))
+		cancel()
+		e.Reads = map[uint64]error{d.ID: err}
+	}
+}
+
 // authMayMatter reports whether a pass reads etcd's authentication state: spec.auth is set,
 // etcd's answer is not known yet or was "on", or etcd refused the operator a call as a user.
-func authMayMatter(c *v1alpha1.EtcdCluster, refused error) bool {
-	return c.Spec.Auth != nil || c.Status.AuthEnabled == nil || *c.Status.AuthEnabled || refused != nil
+func authMayMatter(c *v1alpha1.EtcdCluster, m memory.Memory, refused error) bool {
+	return c.Spec.Auth != nil || m.AuthEnabled == nil || *m.AuthEnabled || refused != nil
 }
 
 // refusals is an etcd client that keeps the first answer of etcd refusing the operator as a

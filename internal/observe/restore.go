@@ -94,7 +94,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 	srcs = RestoreSources{}
 	ro = restore.Observation{
 		ClusterUID: string(c.UID), Name: c.Name, Namespace: c.Namespace, Record: o.Memory.Restore,
-		Formed: c.Status.ClusterID != "", Policy: c.Spec.DisasterRecovery.Policy, After: time.Minute,
+		Formed: o.Memory.Formed(), Policy: c.Spec.DisasterRecovery.Policy, After: time.Minute,
 		MaxAttempts: restoreMaxAttempts, Now: o.Now,
 	}
 	if ro.Policy == "" {
@@ -160,7 +160,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 	}
 	ro.QuorumLostSince = rd.QuorumLoss.LostSince(c.UID)
 	if ro.QuorumLost || restore.Active(o.Memory.Restore) {
-		latest, err := latestBackup(ctx, rd.Client, rd.APIReader, c, o.TargetVersion)
+		latest, err := latestBackup(ctx, rd.Client, rd.APIReader, c, o.Memory.ClusterID, o.TargetVersion)
 		if err != nil {
 			return ro, srcs, drEv, err
 		}
@@ -515,8 +515,9 @@ func backupSource(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster
 }
 
 // latestBackup is the newest Succeeded EtcdBackup of c that restores into etcd version
-// target, listed past the cache (api) and resolved through kc; nil when none.
-func latestBackup(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdCluster, target string) (*SnapshotSource, error) {
+// target, listed past the cache (api) and resolved through kc; nil when none. clusterID is
+// etcd's cluster ID as recorded ("" before the cluster formed).
+func latestBackup(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdCluster, clusterID, target string) (*SnapshotSource, error) {
 	list := &v1alpha1.EtcdBackupList{}
 	if err := api.List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
 		return nil, fmt.Errorf("failed to list EtcdBackups: %w", err)
@@ -526,7 +527,7 @@ func latestBackup(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdCl
 		// Only backups of this etcd cluster (its cluster ID: a cluster deleted and created again
 		// under the same name is another), of a version etcd restores into this one's.
 		if b.Spec.ClusterName == c.Name && b.Status.Phase == v1alpha1.BackupSucceeded && b.Status.CompletionTime != nil && b.Status.SHA256 != "" &&
-			(c.Status.ClusterID == "" || b.Status.ClusterID == c.Status.ClusterID) && restore.VersionPairProblem(b.Status.EtcdVersion, target) == "" {
+			(clusterID == "" || b.Status.ClusterID == clusterID) && restore.VersionPairProblem(b.Status.EtcdVersion, target) == "" {
 			ok = append(ok, b)
 		}
 	}

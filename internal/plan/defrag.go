@@ -91,10 +91,19 @@ func DefragmentationOver(d Defragmentation, e *etcd.Observed) (over bool, why st
 	switch {
 	case !ok:
 		return false, busy + ", and it does not answer"
-	case st.AppliedIndex > d.AppliedIndex:
-		return true, fmt.Sprintf("%s applied up to index %d, past %d when its defragmentation started", d.name(), st.AppliedIndex, d.AppliedIndex)
 	case st.DBSize > 0 && st.DBSize < d.DBSize:
 		return true, fmt.Sprintf("the database of %s shrank from %d to %d bytes: its defragmentation finished", d.name(), d.DBSize, st.DBSize)
+	case st.AppliedIndex > d.AppliedIndex:
+		// Entries that need no database (AuthStatus) apply while the defragmentation holds
+		// it: the member must also have served a read of its database in this pass.
+		err, asked := e.Reads[d.ID]
+		if asked && err == nil {
+			return true, fmt.Sprintf("%s applied up to index %d, past %d when its defragmentation started, and served a read of its database", d.name(), st.AppliedIndex, d.AppliedIndex)
+		}
+		if !asked {
+			return false, fmt.Sprintf("%s: its applied index moved from %d to %d, and it was not asked for a read of its database in this pass", busy, d.AppliedIndex, st.AppliedIndex)
+		}
+		return false, fmt.Sprintf("%s: its applied index moved from %d to %d, but it serves no read of its database yet (%v)", busy, d.AppliedIndex, st.AppliedIndex, err)
 	}
 	if ls, ok := e.Status[e.Leader()]; ok && ls.RaftIndex > d.AppliedIndex {
 		return false, fmt.Sprintf("%s: its applied index stays at %d while the leader committed %d", busy, st.AppliedIndex, ls.RaftIndex)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -41,7 +42,10 @@ func TestDefragmentationOver(t *testing.T) {
 		{"frozen on an idle cluster", gCluster(3).defragging(1).status(0, func(st *etcd.MemberStatus) { st.RaftIndex = 1000 }), false, "committed nothing since"},
 		{"silent", gCluster(3).defragging(1).down(1), false, "does not answer"},
 		{"etcd unknown", gCluster(3).noMembers(), false, "did not answer with a member list"},
-		{"applied past the record", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) { st.AppliedIndex = 1001 }), true, "applied up to index 1001"},
+		{"applied past the record and served a read", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) { st.AppliedIndex = 1001 }).read(1, nil), true, "applied up to index 1001"},
+		// An AuthStatus entry applies while the defragmentation holds the database.
+		{"applied past the record, no read asked", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) { st.AppliedIndex = 1001 }), false, "not asked for a read"},
+		{"applied past the record, the read times out", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) { st.AppliedIndex = 1001 }).read(1, context.DeadlineExceeded), false, "serves no read of its database yet"},
 		{"the database shrank", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) { st.DBSize = 1 << 20 }), true, "shrank"},
 		{"removed from the member list", gCluster(1), true, "no longer a member"},
 	} {

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -150,6 +151,15 @@ func (f *gFix) defragging(k int32) *gFix {
 	return f
 }
 
+// read records member k's answer to a read of its database in this pass (nil: served).
+func (f *gFix) read(k int32, err error) *gFix {
+	if f.e.Etcd.Reads == nil {
+		f.e.Etcd.Reads = map[uint64]error{}
+	}
+	f.e.Etcd.Reads[gID(k)] = err
+	return f
+}
+
 func (f *gFix) status(k int32, edit func(st *etcd.MemberStatus)) *gFix {
 	st := f.e.Etcd.Status[gID(k)]
 	edit(&st)
@@ -282,9 +292,12 @@ func TestGate(t *testing.T) {
 		{"a defragmented member that does not answer", gCluster(3).defragging(1).down(1), del(2), "DefragmentationCountsAsDisruption", "does not answer"},
 		{"an unreadable defragmentation record", gCluster(3).with(func(e *Evidence) { e.Defragmentation = &Defragmentation{Unreadable: "bad JSON"} }), del(2),
 			"DefragmentationCountsAsDisruption", "unreadable"},
-		{"restart another voter once the defragmented member applied past its record", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) {
+		{"restart another voter once the defragmented member applied past its record and served a read", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) {
 			st.AppliedIndex = 1001
-		}), del(2), "", ""},
+		}).read(1, nil), del(2), "", ""},
+		{"no restart of another voter while the defragmented member applies entries but serves no read", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) {
+			st.AppliedIndex = 1001
+		}).read(1, context.DeadlineExceeded), del(2), "DefragmentationCountsAsDisruption", "serves no read of its database"},
 		{"restart another voter once the defragmented member's database shrank", gCluster(3).defragging(1).status(1, func(st *etcd.MemberStatus) {
 			st.DBSize = 30 << 20
 		}), del(2), "", ""},

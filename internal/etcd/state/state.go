@@ -81,6 +81,10 @@ type Observed struct {
 	Status map[uint64]MemberStatus
 	// StatusErr holds the members that did not answer, by ID.
 	StatusErr map[uint64]error
+	// Reads holds, by ID, the answers of the members asked in this pass for a read of their
+	// own database (nil: served): only a member recorded as being defragmented is asked,
+	// and only once its applied index moved (see plan.DefragmentationOver).
+	Reads map[uint64]error
 }
 
 // Leader returns the leader's ID as the answering voting members report it, or 0 when none
