@@ -256,6 +256,11 @@ func (e *countingEtcd) MemberList(ctx context.Context) (etcd.Cluster, error) {
 	return e.cl.MemberList(ctx)
 }
 
+func (e *countingEtcd) Ready(ctx context.Context, endpoint string) error {
+	e.c.note("Ready")
+	return e.cl.Ready(ctx, endpoint)
+}
+
 func (e *countingEtcd) ServesReads(ctx context.Context, endpoint string) error {
 	e.c.note("ServesReads")
 	return e.cl.ServesReads(ctx, endpoint)

@@ -67,6 +67,12 @@ type Client interface {
 	// defragmentation finished, though its applied index can move meanwhile (entries that need
 	// no database, such as AuthStatus, still apply). nil means it served the read.
 	ServesReads(ctx context.Context, endpoint string) error
+	// Ready asks the member serving endpoint whether it serves linearizable reads: etcd's
+	// /readyz (3.6 and later), which needs no user under authentication and answers OK only
+	// when the member, a voter, confirmed a read through a leader with a quorum. nil means
+	// ready. A member without /readyz (3.5) answers an error: 3.5 serves its member list to
+	// any client, which says the same.
+	Ready(ctx context.Context, endpoint string) error
 	// Alarms lists the cluster's active alarms (alarms are replicated: any member answers).
 	Alarms(ctx context.Context) ([]Alarm, error)
 	// DisarmAlarm clears one alarm. The caller must first remove its cause (for NOSPACE:
@@ -356,6 +362,23 @@ func versionOf(ctx context.Context, h *http.Client, endpoint string) (versionRep
 	}
 	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&v)
 	return v, err
+}
+
+func (c *client) Ready(ctx context.Context, endpoint string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("failed to ask etcd member %s whether it is ready: %w", endpoint, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd member %s is not ready: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 func (c *client) AddLearner(ctx context.Context, peerURLs []string) (Member, error) {

@@ -705,3 +705,39 @@ func TestServesReadsIsHeldByADefragmentation(t *testing.T) {
 		t.Fatalf("no read served after the defragmentation: %v", err)
 	}
 }
+
+// TestReadyAnswersAClientWithNoUserUnderAuth is the lock-out evidence from a real etcd (the
+// default version): with authentication on, a client with no user is refused the member list,
+// and /readyz still says that the member serves reads through a leader with a quorum.
+func TestReadyAnswersAClientWithNoUserUnderAuth(t *testing.T) {
+	ep := etcdproc.Start(t, "127.0.41.7")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := etcd.Dial(ctx, []string{ep}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Ready(ctx, ep); err != nil {
+		t.Fatalf("a serving member is not ready: %v", err)
+	}
+	if err := c.EnsureRootUser(ctx, "root", "secret"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetAuth(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	anonymous, err := etcd.Dial(ctx, []string{ep}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anonymous.Close()
+	if _, err := anonymous.MemberList(ctx); err == nil {
+		t.Log("this etcd serves the member list to a client with no user")
+	} else if !etcd.AuthRefused(err) {
+		t.Fatalf("member list: %v, want a refusal for want of a user", err)
+	}
+	if err := anonymous.Ready(ctx, ep); err != nil {
+		t.Fatalf("a serving member under authentication is not ready to a client with no user: %v", err)
+	}
+}

@@ -34,7 +34,10 @@ type Fake struct {
 	ErrDefragment map[string]error
 	// ErrReads are ServesReads' answers by endpoint (a member being defragmented answers
 	// none); an endpoint with a status reply and no entry serves reads.
-	ErrReads       map[string]error
+	ErrReads map[string]error
+	// ErrReady are Ready's answers by endpoint; an endpoint with a status reply and no entry
+	// is ready.
+	ErrReady       map[string]error
 	ErrAlarms      error
 	ErrDisarmAlarm error
 	ErrCompact     error
@@ -103,6 +106,9 @@ func (a anonymous) ServesReads(ctx context.Context, endpoint string) error {
 	}
 	return a.f.ServesReads(ctx, endpoint)
 }
+
+// Ready needs no user: etcd serves /readyz to anyone.
+func (a anonymous) Ready(ctx context.Context, endpoint string) error { return a.f.Ready(ctx, endpoint) }
 
 func (a anonymous) AddLearner(ctx context.Context, peerURLs []string) (Member, error) {
 	if a.refused("AddLearner") {
@@ -287,6 +293,20 @@ func (f *Fake) ServesReads(_ context.Context, endpoint string) error {
 	}
 	if _, ok := f.Statuses[endpoint]; !ok {
 		return fmt.Errorf("failed to read from the database of etcd member %s: no such endpoint", endpoint)
+	}
+	return nil
+}
+
+// Ready implements Client.
+func (f *Fake) Ready(_ context.Context, endpoint string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("Ready")
+	if err := f.ErrReady[endpoint]; err != nil {
+		return err
+	}
+	if _, ok := f.Statuses[endpoint]; !ok {
+		return fmt.Errorf("failed to ask etcd member %s whether it is ready: no such endpoint", endpoint)
 	}
 	return nil
 }

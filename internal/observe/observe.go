@@ -82,6 +82,11 @@ type Observation struct {
 	// (which needs a leader with a quorum) when etcd refused the operator its status calls:
 	// the evidence that the cluster serves. 0 when not read.
 	ListVoters int
+	// ReadyMembers counts the members that answered /readyz OK in this pass (each confirmed a
+	// linearizable read through a leader with a quorum) when etcd refused the operator its
+	// status calls and its member list (etcd 3.6 and later refuse the member list to a client
+	// with no user under authentication). 0 when not asked.
+	ReadyMembers int
 	// OperatorUser is who the operator is in etcd: its client certificate's common name (""
 	// when it dials without one).
 	OperatorUser string
@@ -173,6 +178,17 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 					if !m.IsLearner {
 						o.ListVoters++
 					}
+				}
+			}
+			if o.ListVoters == 0 {
+				// The member list was refused too: ask each member whether it serves
+				// linearizable reads, which needs no user.
+				for _, ep := range endpoints {
+					rctx, cancel := context.WithTimeout(ctx, timeout)
+					if cl.Ready(rctx, ep) == nil {
+						o.ReadyMembers++
+					}
+					cancel()
 				}
 			}
 		}

@@ -218,6 +218,14 @@ func availableCondition(o observe.Observation) metav1.Condition {
 		c.Message = fmt.Sprintf("etcd served its member list (%d voting members) through a leader with a quorum; it refuses the operator the members' status: %v", o.ListVoters, o.AuthRefused)
 		return c
 	}
+	if o.ReadyMembers > 0 {
+		// etcd refuses the operator its status and its member list (authentication, etcd
+		// 3.6 and later), but members report ready: each confirmed a linearizable read
+		// through a leader with a quorum.
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumAvailable
+		c.Message = fmt.Sprintf("%d members report ready on /readyz (a read confirmed through a leader with a quorum); etcd refuses the operator the members' status and member list: %v", o.ReadyMembers, o.AuthRefused)
+		return c
+	}
 	var ready int32
 	if o.StatefulSet != nil {
 		ready = o.StatefulSet.Status.ReadyReplicas

@@ -89,6 +89,12 @@ func TestConditions(t *testing.T) {
 			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
 		},
 		{
+			name: "etcd 3.6 refuses the operator its status calls and its member list, and members report ready: locked out, quorum shown by /readyz",
+			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true,
+				EtcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), AuthRefused: errUserEmpty, ReadyMembers: 3},
+			available: "True/QuorumAvailable", progressing: "False/Reconciled", degraded: "True/AuthLockedOut", ready: "False/Degraded",
+		},
+		{
 			name: "etcd refuses the operator its status calls and its member list: locked out, quorum not known",
 			o: observe.Observation{Cluster: "demo", SpecReplicas: 3, WasAvailable: true, StatefulSet: testutil.StatefulSet(3, 3, 3), EtcdAsked: true,
 				EtcdErr: errors.New("no member that answers knows a leader (0 of 3 endpoints answered)"), AuthRefused: errUserEmpty},
