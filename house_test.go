@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -152,6 +153,48 @@ func TestTheValuesReadNoStatus(t *testing.T) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Status" {
 				t.Errorf("%s: internal/values reads a status; take it from memory.Memory instead", fset.Position(sel.Pos()))
+			}
+			return true
+		})
+	}
+}
+
+// TestPlannersTakeNoCallbacks: a planner's input holds values, not functions that the
+// planner calls back into (a callback can hide I/O inside a pure decision, as the certificates
+// planner's handshake once did). The allowed ones are pure: a pod's peer URL from the
+// rendered template, and the gate's own invariant table.
+func TestPlannersTakeNoCallbacks(t *testing.T) {
+	allowed := map[string]bool{"PeerURL": true, "Check": true}
+	var files []string
+	err := filepath.WalkDir("internal/plan", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			st, ok := n.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, fld := range st.Fields.List {
+				if _, isFunc := fld.Type.(*ast.FuncType); !isFunc {
+					continue
+				}
+				for _, id := range fld.Names {
+					if id.IsExported() && !allowed[id.Name] {
+						t.Errorf("%s: field %s of a planner's input is a function: pass what it would compute as a value the observer reads", fset.Position(id.Pos()), id.Name)
+					}
+				}
 			}
 			return true
 		})

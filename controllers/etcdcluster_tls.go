@@ -64,15 +64,17 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 				return nil, err
 			}
 			want.MembersOnGeneration = -1
-			want.ServedByCurrentCA = nil
+			want.ServedByCurrentCA = false
 			if certificates.Rotating(observed[want.CASecret]) {
 				g, err := observe.MembersGeneration(ctx, r.cached(ctx), c, t)
 				if err != nil {
 					return nil, err
 				}
-				obs := observed
 				want.MembersOnGeneration = g
-				want.ServedByCurrentCA = func() bool { return observe.ServedByCurrentCA(ctx, c, t, obs) }
+				if certificates.AsksServedByCurrentCA(want, observed[want.CASecret]) {
+					// The handshakes, read only when the plan needs them.
+					want.ServedByCurrentCA = observe.ServedByCurrentCA(ctx, c, t, observed)
+				}
 			}
 			var problem *certificates.Problem
 			steps, exp, problem = certificates.Plan(want, observed, now)

@@ -68,10 +68,18 @@ type Want struct {
 	// Formed is true once the cluster has formed with these certificates: a missing CA is
 	// then never created anew, since the members trust the one they started with.
 	Formed bool
-	// ServedByCurrentCA reports whether every member serves, on its client and peer ports,
-	// a certificate signed by the current CA (read in a handshake). Only asked for before the
-	// old CA is dropped.
-	ServedByCurrentCA func() bool
+	// ServedByCurrentCA is whether every member serves, on its client and peer ports, a
+	// certificate signed by the current CA (read in a handshake). The observer reads it only
+	// when AsksServedByCurrentCA says the plan needs it (before the old CA is dropped); false
+	// otherwise.
+	ServedByCurrentCA bool
+}
+
+// AsksServedByCurrentCA reports whether Plan, given w and the CA Secret's material m, needs
+// ServedByCurrentCA: a rotation has switched to the new CA and every member runs with the
+// current trust generation, so only the handshake keeps the old CA in the bundle.
+func AsksServedByCurrentCA(w Want, m Material) bool {
+	return len(m.NextCert) == 0 && bundleSize(m.CA) > 1 && w.MembersOnGeneration == m.Generation
 }
 
 // Kind of a step.
@@ -211,7 +219,7 @@ func rotationStep(w Want, m Material, ca *x509.Certificate, now time.Time) (Step
 			return Step{Kind: SwitchCA, Secret: w.CASecret, Reason: ReasonMembersTrustNext}, true
 		}
 	case bundleSize(m.CA) > 1:
-		if w.MembersOnGeneration == m.Generation && w.ServedByCurrentCA != nil && w.ServedByCurrentCA() {
+		if AsksServedByCurrentCA(w, m) && w.ServedByCurrentCA {
 			return Step{Kind: DropOldCA, Secret: w.CASecret, Reason: ReasonLeavesFromNext}, true
 		}
 	case w.RotationRequest != "" && w.RotationRequest != m.RotationRequest:

@@ -167,7 +167,7 @@ func TestCARotation(t *testing.T) {
 	run := func(now time.Time) []string {
 		t.Helper()
 		w.MembersOnGeneration = members
-		w.ServedByCurrentCA = func() bool { return served }
+		w.ServedByCurrentCA = served
 		steps, _, p := Plan(w, obs, now)
 		if p != nil {
 			t.Fatal(p)
