@@ -7,10 +7,8 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	backupplan "github.com/etcd-pilot/etcd-pilot/internal/plan/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 )
 
@@ -46,7 +44,7 @@ func TestKstatusReadsTheBackupAsTheOperatorMeansIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", Generation: 1, CreationTimestamp: metav1.Now()}}
 			tc.do(b)
-			if res := kstatusOf(t, b, gvk); res.Status != tc.want {
+			if res := testutil.KStatus(t, b, gvk); res.Status != tc.want {
 				t.Fatalf("kstatus %s (%s), want %s; conditions %+v", res.Status, res.Message, tc.want, b.Status.Conditions)
 			}
 		})
@@ -55,21 +53,4 @@ func TestKstatusReadsTheBackupAsTheOperatorMeansIt(t *testing.T) {
 
 func backupReport() backup.Report {
 	return backup.Report{Size: 20480, SHA256: "ab", Revision: 42, Version: "3.6.16", Member: "etcd-0", Location: "s3://b/k"}
-}
-
-// kstatusOf is what kstatus (the library behind kpt, Flux's health checks and cli-utils'
-// apply waiters) computes for obj.
-func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *kstatus.Result {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstr.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk)
-	res, err := kstatus.Compute(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }

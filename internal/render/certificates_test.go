@@ -9,20 +9,8 @@ import (
 	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
-
-func certManagerCluster(mutate func(*v1alpha1.TLSSpec)) *v1alpha1.EtcdCluster {
-	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", UID: "uid-1"},
-		Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{
-			Peer:      &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}},
-			Client:    &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "root", Kind: v1alpha1.IssuerKindClusterIssuer, Group: "cert-manager.io"}},
-			ExtraSANs: []string{"etcd.example", "10.0.0.7"},
-		}}}
-	if mutate != nil {
-		mutate(c.Spec.TLS)
-	}
-	return c
-}
 
 func strs(t *testing.T, u *unstr.Unstructured, path ...string) []string {
 	t.Helper()
@@ -113,7 +101,7 @@ func TestCertManagerCertificates(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := certManagerCluster(tc.mutate)
+			c := testutil.CertManagerCluster(tc.mutate)
 			topo := TopologyOf(c, nil)
 			by := map[string]*unstr.Unstructured{}
 			var names []string

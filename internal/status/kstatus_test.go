@@ -8,9 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
@@ -22,23 +20,6 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
-
-// kstatusOf is what kstatus (the library behind kpt, Flux's health checks and cli-utils'
-// apply waiters) computes for obj.
-func kstatusOf(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *kstatus.Result {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstr.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk)
-	res, err := kstatus.Compute(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
 
 // clusterAfterPass is an EtcdCluster at generation 2 after a pass over o. observed says
 // whether the pass finished (observedGeneration 2) or a pass for generation 1 is the last
@@ -159,7 +140,7 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 				now := metav1.Now()
 				c.DeletionTimestamp = &now
 			}
-			res := kstatusOf(t, c, clusterGVK)
+			res := testutil.KStatus(t, c, clusterGVK)
 			if res.Status != tt.want {
 				t.Fatalf("kstatus %s (%s), want %s; conditions %+v", res.Status, res.Message, tt.want, c.Status.Conditions)
 			}
