@@ -80,7 +80,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	}
 	// Authentication when nothing else is to do.
 	if _, _, asked := plan.Above(p, plan.PlannerAuth); asked {
-		ao, answers, err := observe.Auth(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd)
+		ao, answers, err := observe.Auth(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd, o)
 		if err != nil {
 			return soFar(), err
 		}

@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,10 @@ import (
 // answer: spec.auth unset, etcd not observed, or neither the operator's client certificate nor
 // spec.auth.enabled. Without the operator's user etcd is not asked (the planner waits for the
 // certificate).
-func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed) (o authplan.Observation, asked bool, err error) {
+//
+// The pass's observation (obs, see Members) read etcd's authentication state with these users
+// already when it could: then etcd is not asked again.
+func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alpha1.EtcdCluster, t render.Topology, e *etcd.Observed, obs *Observation) (o authplan.Observation, asked bool, err error) {
 	if c.Spec.Auth == nil || e == nil {
 		return o, false, nil
 	}
@@ -32,6 +36,14 @@ func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alp
 	}
 	o = authplan.Observation{Enabled: c.Spec.Auth.Enabled, OperatorUser: user}
 	if user == "" {
+		return o, true, nil
+	}
+	if obs != nil && obs.Auth != nil && slices.Equal(obs.AuthUsers, []string{authplan.RootUser, user}) {
+		o.State = *obs.Auth
+		if obs.AuthRefused != nil && o.State.Roles == nil {
+			// Refused: auth is on and the operator is not a user etcd knows (see below).
+			o.State.Roles = map[string][]string{}
+		}
 		return o, true, nil
 	}
 	cl, err := dial(ctx, ClientURLs(e), t.TLS)

@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	authplan "github.com/etcd-pilot/etcd-pilot/internal/plan/auth"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"k8s.io/apimachinery/pkg/types"
@@ -78,6 +79,8 @@ type Observation struct {
 	// operator as a user (none, unknown, not allowed), nil when none did.
 	Auth        *etcd.AuthState
 	AuthRefused error
+	// AuthUsers are the users whose roles Auth holds (nil when Auth was read without users).
+	AuthUsers []string
 	// ListVoters is the number of voting members in etcd's member list read linearizably
 	// (which needs a leader with a quorum) when etcd refused the operator its status calls:
 	// the evidence that the cluster serves. 0 when not read.
@@ -203,9 +206,23 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 	// out, and what admission reads in status.authEnabled. etcd serves AuthStatus through raft
 	// (an entry in the log per call), so a cluster whose etcd said it is off, and whose spec
 	// does not ask for it, is not asked again: auth turned on by hand shows as refused calls.
+	// With spec.auth, the same call reads the users the authentication planner needs (see
+	// Auth), so a pass asks etcd once.
+	var users []string
+	if u := o.OperatorUser; c.Spec.Auth != nil && u != "" {
+		users = []string{authplan.RootUser, u}
+	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	st, err := cl.Auth(actx, nil)
+	st, err := cl.Auth(actx, users)
 	cancel()
+	if users != nil && etcd.AuthRefused(err) {
+		// Reading users needs more than the status does: whether etcd refuses the operator
+		// as a user is the status call's answer alone.
+		users = nil
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		st, err = cl.Auth(actx, nil)
+		cancel()
+	}
 	switch {
 	case err == nil:
 		o.Auth = &st
@@ -213,6 +230,7 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 		// etcd answers this only without authentication, or to root.
 		o.Auth, o.AuthRefused = &etcd.AuthState{Enabled: true}, err
 	}
+	o.AuthUsers = users
 	return nil
 }
 
