@@ -178,6 +178,14 @@ func (p *Policy) CheckEndpoint(raw string) error {
 // calls it for every request, redirects and authentication realms included.
 func (p *Policy) CheckURL(u *url.URL) error {
 	p = p.orDefault()
+	host := u.Hostname()
+	if host == "" {
+		return fmt.Errorf("invalid endpoint %q: no host", u.Redacted())
+	}
+	// The host first: where a request would go matters more than how.
+	if err := p.checkHost(u.Host, host); err != nil {
+		return err
+	}
 	switch u.Scheme {
 	case "https":
 	case "http":
@@ -187,11 +195,7 @@ func (p *Policy) CheckURL(u *url.URL) error {
 	default:
 		return &RefusedError{Host: u.Host, Reason: fmt.Sprintf("scheme %q is not http or https", u.Scheme)}
 	}
-	host := u.Hostname()
-	if host == "" {
-		return fmt.Errorf("invalid endpoint %q: no host", u.Redacted())
-	}
-	return p.checkHost(u.Host, host)
+	return nil
 }
 
 // CheckHost checks a host (a name or an address literal, without a port) as CheckURL does,
@@ -292,9 +296,17 @@ func refusedByDefault(a netip.Addr) string {
 // DialContext dials addr (host:port) for network (tcp, tcp4, tcp6) if the policy allows it:
 // the host is checked by name, resolved once, and only addresses the policy allows are
 // dialed, by address (no second lookup for a rebinding answer to slip into). The dialer's
-// Control checks the address once more just before the connection is made.
+// Control checks the address once more just before the connection is made. A refusal ends
+// a FailFast ctx.
 func (p *Policy) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	p = p.orDefault()
+	c, err := p.orDefault().dial(ctx, network, addr)
+	if IsRefused(err) {
+		return nil, refused(ctx, err)
+	}
+	return c, err
+}
+
+func (p *Policy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("invalid address %q: %w", addr, err)
@@ -414,7 +426,7 @@ func (c *checked) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			_ = req.Body.Close() // RoundTrip closes the body, also on errors
 		}
-		return nil, err
+		return nil, refused(req.Context(), err)
 	}
 	return c.rt.RoundTrip(req)
 }
@@ -459,4 +471,33 @@ func validName(s string) bool {
 
 func isControlOrSpace(r rune) bool {
 	return r <= ' ' || r == 0x7f
+}
+
+type failFastKey struct{}
+
+// FailFast returns a context that a refusal of this package's Transport or DialContext, for a
+// request made with the context, cancels with the RefusedError as its cause: a client that
+// retries failed requests (minio-go tries up to ten times, backing off) stops at the first
+// refusal instead of asking again for what the policy will refuse again. Refusal reads the
+// cause. Call stop once the context's requests are done.
+func FailFast(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	return context.WithValue(ctx, failFastKey{}, cancel), func() { cancel(context.Canceled) }
+}
+
+// Refusal returns the RefusedError that ended a FailFast context, or nil.
+func Refusal(ctx context.Context) error {
+	var re *RefusedError
+	if errors.As(context.Cause(ctx), &re) {
+		return re
+	}
+	return nil
+}
+
+// refused ends ctx if it is a FailFast context, and returns err.
+func refused(ctx context.Context, err error) error {
+	if cancel, ok := ctx.Value(failFastKey{}).(context.CancelCauseFunc); ok {
+		cancel(err)
+	}
+	return err
 }
