@@ -20,7 +20,12 @@ import (
 func TestBackupToARefusedEndpointFailsWithoutAConnection(t *testing.T) {
 	ns := env.Namespace(t)
 	newCluster(t, ns, nil)
-	healthyEtcd(ns, 3)
+	f := healthyEtcd(ns, 3)
+	// Members that report their cluster and have applied the leader's index: a backup source.
+	for url, st := range f.Statuses {
+		st.ClusterID, st.AppliedIndex = f.State.ClusterID, st.RaftIndex
+		f.Statuses[url] = st
+	}
 	markReady(t, ns)
 	waitCondition(t, ns, v1alpha1.ConditionAvailable, "True/"+v1alpha1.ReasonQuorumAvailable)
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
