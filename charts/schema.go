@@ -13,6 +13,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 )
 
 // chartSchema holds the values schema of a chart, compiled, and its subcharts'. Helm compiles
@@ -26,6 +28,9 @@ type chartSchema struct {
 	name string
 	raw  []byte // values.schema.json; nil when the chart has none
 	deps []*chartSchema
+	// egress is the policy the http(s) URLs the schema refers to are fetched under
+	// (egress.Default when nil): a chart from spec.chart.source is the tenant's.
+	egress *egress.Policy
 
 	mu     sync.Mutex
 	schema *jsonschema.Schema
@@ -54,7 +59,7 @@ func (cs *chartSchema) compiled() (*jsonschema.Schema, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.schema == nil {
-		sch, err := compileSchema(cs.raw)
+		sch, err := compileSchema(cs.raw, cs.egress)
 		if err != nil {
 			return nil, err
 		}
@@ -63,17 +68,18 @@ func (cs *chartSchema) compiled() (*jsonschema.Schema, error) {
 	return cs.schema, nil
 }
 
-// compileSchema compiles one values.schema.json with the loaders Helm uses (file, http,
-// https, and urn through chartutil.URNResolver).
-func compileSchema(schemaJSON []byte) (*jsonschema.Schema, error) {
+// compileSchema compiles one values.schema.json with the loaders Helm uses (http and https,
+// under the outbound policy p, and urn through chartutil.URNResolver), except files: a chart's
+// schema is its own document, and a reference to a file would read the operator's.
+func compileSchema(schemaJSON []byte, p *egress.Policy) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
 	if err != nil {
 		return nil, err
 	}
-	web := httpLoader()
+	web := httpLoader(p)
 	compiler := jsonschema.NewCompiler()
 	compiler.UseLoader(jsonschema.SchemeURLLoader{
-		"file":  jsonschema.FileLoader{},
+		"file":  noFiles{},
 		"http":  web,
 		"https": web,
 		"urn":   urnLoader{},
@@ -132,13 +138,30 @@ func (cs *chartSchema) validateOwn(values chartutil.Values) (reterr error) {
 }
 
 // httpLoader loads a schema an http(s) URL refers to, as Helm's does (proxy from the
-// environment, 15 s timeout).
-func httpLoader() *chartutil.HTTPURLLoader {
+// environment, 15 s timeout), under the outbound policy p.
+func httpLoader(p *egress.Policy) *chartutil.HTTPURLLoader {
 	l := chartutil.HTTPURLLoader(http.Client{
 		Timeout:   15 * time.Second,
-		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{}},
+		Transport: p.Transport(&http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{}}),
 	})
 	return &l
+}
+
+// noFiles refuses file: references (the schema itself is added as a resource, not loaded).
+type noFiles struct{}
+
+func (noFiles) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s: a values schema may not refer to files", url)
+}
+
+// setEgress sets the policy of cs and its subcharts' schemas.
+func (cs *chartSchema) setEgress(p *egress.Policy) {
+	cs.mu.Lock()
+	cs.egress = p
+	cs.mu.Unlock()
+	for _, d := range cs.deps {
+		d.setEgress(p)
+	}
 }
 
 // urnLoader resolves urn: references with chartutil.URNResolver and, like Helm, takes an
@@ -150,4 +173,14 @@ func (urnLoader) Load(urn string) (any, error) {
 		return doc, nil
 	}
 	return jsonschema.UnmarshalJSON(strings.NewReader("true"))
+}
+
+// WithEgress makes the http(s) URLs the chart's values schemas refer to be fetched under the
+// outbound policy p (egress.Default otherwise): for a chart a tenant supplied. Call it before
+// the first render.
+func (r *Renderer) WithEgress(p *egress.Policy) *Renderer {
+	if r.schema != nil {
+		r.schema.setEgress(p)
+	}
+	return r
 }

@@ -128,7 +128,7 @@ func (r *EtcdBackupReconciler) deletePod(ctx context.Context, pod *corev1.Pod) e
 // executor is the executor for the EtcdBackup controller's writes (its status aside).
 func (r *EtcdBackupReconciler) executor() *execute.Executor {
 	return &execute.Executor{Client: r.Client, APIReader: r.apiReader(), Scheme: r.Scheme, Recorder: r.Recorder, Dial: r.DialEtcd,
-		EtcdTimeout: r.EtcdTimeout, AgentImage: r.AgentImage, Operator: r.Operator, OpenS3: r.OpenS3}
+		EtcdTimeout: r.EtcdTimeout, AgentImage: r.AgentImage, Operator: r.Operator, OpenS3: r.OpenS3, Egress: r.Egress}
 }
 
 // podReport reads the report the backup pod left in its termination message.

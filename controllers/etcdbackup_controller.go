@@ -26,6 +26,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
@@ -69,6 +70,8 @@ type EtcdBackupReconciler struct {
 	DialEtcd  etcd.Dialer
 	// OpenS3 opens S3 destinations; objstore.NewS3 when nil.
 	OpenS3 execute.StoreOpener
+	// Egress is the outbound policy S3 endpoints are held to (egress.Default when nil).
+	Egress *egress.Policy
 	// EtcdTimeout bounds each etcd call of an observation (default 3s).
 	EtcdTimeout time.Duration
 	// Timeout bounds one attempt (default DefaultBackupTimeout).
@@ -163,11 +166,14 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 	if why != "" {
 		return r.pending(b, now, v1alpha1.ReasonNoHealthyMember, why)
 	}
-	store, err := execute.OpenS3(ctx, r.apiReader(), r.OpenS3, c.Namespace, c.Name, dest.S3)
+	store, err := execute.OpenS3(ctx, r.apiReader(), r.OpenS3, r.Egress, c.Namespace, c.Name, dest.S3)
 	if err != nil {
 		var ce *execute.CredentialsError
 		if errors.As(err, &ce) {
 			return r.fail(b, now, v1alpha1.ReasonCredentialsInvalid, ce.Msg)
+		}
+		if egress.IsRefused(err) {
+			return r.fail(b, now, v1alpha1.ReasonEndpointRefused, err.Error())
 		}
 		return r.retry(b, now, v1alpha1.ReasonUploadFailed, err.Error())
 	}
@@ -194,6 +200,11 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 	}
 	defer cl.Close()
 	taken, failure, err := backup.Take(actx, cl, src.Endpoint, backup.Expect{MemberID: src.Member.ID, AppliedIndex: src.Committed}, store, key)
+	if egress.IsRefused(err) {
+		// Refused at the dial (a name that resolves to an address the policy refuses): the
+		// same answer every time.
+		return r.fail(b, now, v1alpha1.ReasonEndpointRefused, err.Error())
+	}
 	if err != nil {
 		return r.retry(b, now, failureReason(failure), err.Error())
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
@@ -97,6 +98,10 @@ type EtcdClusterReconciler struct {
 	ForgetEtcd func(uid string)
 	// OpenS3 opens S3 backup destinations (retention deletes there); objstore.NewS3 when nil.
 	OpenS3 execute.StoreOpener
+	// Egress is the outbound policy of the connections to hosts a tenant writes: S3
+	// endpoints (here and in restore pods), OCI registries, chart schema URLs
+	// (egress.Default when nil).
+	Egress *egress.Policy
 	// AgentImage is the operator's own image, run by the restore pods.
 	AgentImage string
 	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods.
@@ -157,9 +162,11 @@ func (r *EtcdClusterReconciler) init() {
 			r.MaxConcurrentReconciles = 4
 		}
 		r.sources.Embedded, r.sources.Reader, r.sources.Discovery, r.sources.Recorder = r.Renderer, r.apiReader(), r.Discovery, r.Recorder
+		r.sources.Egress = r.Egress
 		r.exec = &execute.Executor{
 			Client: r.Client, APIReader: r.apiReader(), Scheme: r.Scheme, Recorder: r.Recorder, Dial: r.DialEtcd,
 			EtcdTimeout: r.EtcdTimeout, AgentImage: r.AgentImage, Operator: r.Operator, OpenS3: r.OpenS3, AfterStep: r.AfterStep,
+			Egress: r.Egress,
 		}
 		r.applier = &apply.Applier{Client: r.Client, Scheme: r.Scheme, FieldOwner: FieldOwner, Typed: builtinKinds}
 	})

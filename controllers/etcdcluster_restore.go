@@ -31,7 +31,7 @@ type restoreProposal struct {
 // The step is of kind None when no restore is wanted or under way; when the gate refuses it,
 // it is the gate's wait, and the executor does nothing.
 func (r *EtcdClusterReconciler) proposeRestore(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, o *observe.Observation) (restoreProposal, error) {
-	ro, srcs, ev, err := observe.Restore(ctx, observe.RestoreReads{Client: r.Client, APIReader: r.apiReader(), QuorumLoss: &r.quorumLoss}, c, t, o)
+	ro, srcs, ev, err := observe.Restore(ctx, observe.RestoreReads{Client: r.Client, APIReader: r.apiReader(), QuorumLoss: &r.quorumLoss, Egress: r.Egress}, c, t, o)
 	if err != nil {
 		return restoreProposal{}, err
 	}

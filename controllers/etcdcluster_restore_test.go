@@ -29,6 +29,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
@@ -89,13 +90,14 @@ func TestRestore(t *testing.T) {
 			DialEtcd: func(context.Context, []string, *tls.Config) (etcd.Client, error) {
 				return nil, errors.New("no etcd in the restore tests")
 			},
-			EtcdTimeout: time.Second, AgentImage: restoreAgentImage,
+			EtcdTimeout: time.Second, AgentImage: restoreAgentImage, Egress: restoreEgress,
 		}
 		h.createCredentials(t)
 		return h
 	}
 	t.Run("FromMissingBackupHoldsEverythingUntilTheBackupSucceeds", func(t *testing.T) { testRestoreFromMissingBackup(t, harness(t)) })
 	t.Run("UnsupportedVersionPairCreatesNothing", func(t *testing.T) { testRestoreUnsupportedVersionPair(t, harness(t)) })
+	t.Run("RefusedEndpointCreatesNothing", func(t *testing.T) { testRestoreRefusedEndpoint(t, harness(t)) })
 	t.Run("BackupNotSucceededYetFoundersWait", func(t *testing.T) { testRestoreBackupNotSucceeded(t, harness(t)) })
 	t.Run("SucceededPodsFinishTheRestoreThenTheStatefulSetIsApplied", func(t *testing.T) { testRestorePodsSucceed(t, harness(t)) })
 	t.Run("ThreeFailedPodsFailTheRestore", func(t *testing.T) { testRestorePodsFail(t, harness(t)) })
@@ -160,6 +162,25 @@ func testRestoreUnsupportedVersionPair(t *testing.T, h *restoreHarness) {
 		"same minor version or the next one")
 	if c.Status.Restore != nil {
 		t.Fatalf("status.restore recorded for an unsupported version pair: %+v", c.Status.Restore)
+	}
+	h.wantNothingCreated(t)
+}
+
+// testRestoreRefusedEndpoint: a snapshot on the metadata address (a spec.bootstrap.fromObject
+// a tenant wrote) is refused by the operator's outbound policy before any claim or restore pod
+// exists: the restore pods, which run under the same policy, would be refused it.
+func testRestoreRefusedEndpoint(t *testing.T, h *restoreHarness) {
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "etcd"}}
+	s3 := h.s3()
+	s3.Endpoint = "https://169.254.169.254"
+	c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{S3: *s3, Key: h.key(), EtcdVersion: "3.6.16"}}
+	if err := h.env.Client.Create(h.ctx(), c); err != nil {
+		t.Fatal(err)
+	}
+	h.passes(t, 3)
+	h.wantDegraded(t, h.cluster(t), v1alpha1.ReasonRestoreFailed, "https://169.254.169.254", "refused by the operator's outbound policy", "link-local")
+	if rec := h.cluster(t).Status.Restore; rec != nil {
+		t.Fatalf("status.restore recorded for a refused endpoint: %+v", rec)
 	}
 	h.wantNothingCreated(t)
 }
@@ -374,6 +395,15 @@ func (h *restoreHarness) createCluster(t *testing.T, version string) {
 		t.Fatalf("failed to create EtcdCluster: %v", err)
 	}
 }
+
+// restoreEgress is the reconcilers' outbound policy; the restore pods get it as flags.
+var restoreEgress = func() *egress.Policy {
+	p, err := egress.New(egress.Config{Allowed: []string{"*.example.com", "10.0.0.0/8"}})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
 
 // s3 is the backup's destination: an explicit prefix, so the object key is prefix + name.
 func (h *restoreHarness) s3() *v1alpha1.S3Destination {
@@ -621,8 +651,9 @@ func (h *restoreHarness) wantRestorePods(t *testing.T, id string, pods []*corev1
 		if prep.Image != restoreAgentImage {
 			t.Fatalf("%s: prepare runs %q, want the operator's image %q", p.Name, prep.Image, restoreAgentImage)
 		}
-		for _, want := range []string{"restore-prepare", "--id=" + id, "--s3-key=" + h.key(), "--sha256=" + restoreSHA256,
-			"--s3-bucket=etcd-backups", "--s3-endpoint=https://s3.example.com"} {
+		// The pod reads the snapshot under the operator's outbound policy.
+		for _, want := range append([]string{"restore-prepare", "--id=" + id, "--s3-key=" + h.key(), "--sha256=" + restoreSHA256,
+			"--s3-bucket=etcd-backups", "--s3-endpoint=https://s3.example.com"}, restoreEgress.Args()...) {
 			if !slices.Contains(prep.Args, want) {
 				t.Fatalf("%s: prepare args %v lack %s", p.Name, prep.Args, want)
 			}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
@@ -58,7 +61,7 @@ func run(m *testing.M) int {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countWrites{rt} }
 	mgr, err = manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", DialEtcd: fakes.dial, EtcdTimeout: time.Second,
-		Operator: values.DefaultOperator()})
+		Operator: values.DefaultOperator(), Egress: suiteEgress})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -133,6 +136,34 @@ func namespaceOf(path string) string {
 		}
 	}
 	return ""
+}
+
+// suiteEgress is the manager's outbound policy. The tests' OCI registries listen on
+// 127.0.0.1 over plain HTTP, both of which the default policy refuses: the suite allows them
+// explicitly, as an administrator would with --allowed-endpoints=127.0.0.0/8
+// --allow-insecure-endpoints. Everything else is the default's (link-local and the metadata
+// addresses refused), with one name of the tests' own DNS (suiteResolver).
+var suiteEgress = func() *egress.Policy {
+	p, err := egress.New(egress.Config{Allowed: []string{"127.0.0.0/8"}, AllowInsecure: true, Resolver: suiteResolver{}})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// metadataAlias is a name suiteResolver resolves to the cloud metadata address, as a tenant's
+// own DNS name pointing there would.
+const metadataAlias = "backups.metadata-alias.test"
+
+// suiteResolver resolves metadataAlias to 169.254.169.254 and every other name as the
+// system does.
+type suiteResolver struct{}
+
+func (suiteResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if host == metadataAlias {
+		return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, network, host)
 }
 
 type fakeEtcds struct {

@@ -47,6 +47,19 @@ func TestBackupSpec(t *testing.T) {
 			wantErr: []string{"spec.backup.destination.s3.endpoint", "no path"}},
 		{name: "endpoint without scheme refused", spec: backup(func(b *v1alpha1.BackupSpec) { b.Destination.S3.Endpoint = "s3.example:9000" }),
 			wantErr: []string{"spec.backup.destination.s3.endpoint", "http:// or https://"}},
+		// Admission checks the URL's form; where it may lead is the operator's outbound policy,
+		// decided by its administrator at run time.
+		{name: "in-cluster endpoint over http with a port accepted", spec: backup(func(b *v1alpha1.BackupSpec) {
+			b.Destination.S3.Endpoint = "http://minio.storage.svc.cluster.local:9000/"
+		})},
+		{name: "IPv6 endpoint accepted", spec: backup(func(b *v1alpha1.BackupSpec) { b.Destination.S3.Endpoint = "https://[fd00::5]:9000" })},
+		{name: "IPv4 endpoint accepted", spec: backup(func(b *v1alpha1.BackupSpec) { b.Destination.S3.Endpoint = "https://10.0.0.5" })},
+		{name: "endpoint with a login refused", spec: backup(func(b *v1alpha1.BackupSpec) { b.Destination.S3.Endpoint = "https://key:secret@s3.example" }),
+			wantErr: []string{"spec.backup.destination.s3.endpoint", "must not carry a user name or password"}},
+		{name: "endpoint with a newline refused", spec: backup(func(b *v1alpha1.BackupSpec) { b.Destination.S3.Endpoint = "https://s3.example\n" }),
+			wantErr: []string{"spec.backup.destination.s3.endpoint", "control characters or spaces"}},
+		{name: "endpoint with a host that is no name refused", spec: backup(func(b *v1alpha1.BackupSpec) { b.Destination.S3.Endpoint = "https://s3.example%2F..:9000" }),
+			wantErr: []string{"spec.backup.destination.s3.endpoint", "must be a DNS name or an IP address"}},
 		{name: "absolute claim path refused", spec: backup(func(b *v1alpha1.BackupSpec) {
 			b.Destination = v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups", Path: "/etc"}}
 		}), wantErr: []string{"persistentVolumeClaim.path", "relative"}},

@@ -50,6 +50,7 @@ const (
 	whyNetpol     = "the NetworkPolicy is rendered as given: the API server refuses an invalid NetworkPolicy when it is applied, and the apply error is reported"
 	whyDefrag     = "the defragmentation schedule is parsed by the maintenance planner, which reports a schedule it cannot read"
 	whyChartSrc   = "the chart source is read by controllers/etcdcluster_chartsource.go, which takes configMap first; Desired is handed the renderer it chose"
+	whyEndpoint   = "; where the endpoint is used, egress.Policy.CheckEndpoint (execute.OpenS3, observe.Restore, objstore.NewS3) refuses a user name, control characters and a host that is no DNS name or address, before any connection"
 )
 
 // parityRows is one row per CEL rule of the EtcdCluster CRD (TestParityRowsCoverEveryRule
@@ -66,15 +67,23 @@ func parityRows() []parityRow {
 		{path: "spec.backup.destination", message: "destination needs exactly one of s3 and persistentVolumeClaim", spec: `{"backup":{"schedule":"0 3 * * *","destination":{}}}`, noGo: whyBackup},
 		{path: "spec.backup.destination.persistentVolumeClaim.path", message: "path must be relative to the claim's root", spec: `{"backup":{"schedule":"0 3 * * *","destination":{"persistentVolumeClaim":{"claimName":"c","path":"../x"}}}}`, noGo: whyBackup},
 		{path: "spec.backup.destination.s3.endpoint", message: "endpoint must be an http:// or https:// URL", spec: `{"backup":{"schedule":"0 3 * * *","destination":{"s3":{"endpoint":"s3.example","bucket":"b","credentialsSecret":{"name":"c"}}}}}`, noGo: whyBackup},
+		{path: "spec.backup.destination.s3.endpoint", message: "endpoint must not carry a user name or password", spec: `{"backup":{"schedule":"0 3 * * *","destination":{"s3":{"endpoint":"https://k:s@s3.example","bucket":"b","credentialsSecret":{"name":"c"}}}}}`, noGo: whyBackup + whyEndpoint},
+		{path: "spec.backup.destination.s3.endpoint", message: "endpoint must not contain control characters or spaces", spec: `{"backup":{"schedule":"0 3 * * *","destination":{"s3":{"endpoint":"https://s3.exa\u0007mple","bucket":"b","credentialsSecret":{"name":"c"}}}}}`, noGo: whyBackup + whyEndpoint},
+		{path: "spec.backup.destination.s3.endpoint", message: "endpoint's host must be a DNS name or an IP address", spec: `{"backup":{"schedule":"0 3 * * *","destination":{"s3":{"endpoint":"https://s3!example","bucket":"b","credentialsSecret":{"name":"c"}}}}}`, noGo: whyBackup + whyEndpoint},
 		{path: "spec.backup.schedule", message: "schedule must not carry a time zone", spec: `{"backup":{"schedule":"CRON_TZ=UTC 0 3 * * *","destination":{"persistentVolumeClaim":{"claimName":"c"}}}}`, noGo: whyBackup},
 		{path: "spec.backup.schedule", message: "schedule must be five cron fields", spec: `{"backup":{"schedule":"0 3 * *","destination":{"persistentVolumeClaim":{"claimName":"c"}}}}`, noGo: whyBackup},
 		{path: "spec.bootstrap", message: "bootstrap cannot change after creation", old: `{"bootstrap":{"fromBackup":{"name":"a"}}}`, spec: `{"bootstrap":{"fromBackup":{"name":"b"}}}`, noGo: whyTransition},
 		{path: "spec.bootstrap", message: "bootstrap needs exactly one of fromBackup", spec: `{"bootstrap":{}}`, noGo: whyBootstrap},
 		{path: "spec.bootstrap.fromObject.etcdVersion", message: "etcdVersion must be the etcd release that took", spec: `{"bootstrap":{"fromObject":{"s3":{"endpoint":"https://s3.example","bucket":"b","credentialsSecret":{"name":"c"}},"key":"k","etcdVersion":"v3.6"}}}`, noGo: whyBootstrap},
 		{path: "spec.bootstrap.fromObject.s3.endpoint", message: "endpoint must be an http:// or https:// URL", spec: `{"bootstrap":{"fromObject":{"s3":{"endpoint":"ftp://x","bucket":"b","credentialsSecret":{"name":"c"}},"key":"k","etcdVersion":"3.6.16"}}}`, noGo: whyBootstrap},
+		{path: "spec.bootstrap.fromObject.s3.endpoint", message: "endpoint must not carry a user name or password", spec: `{"bootstrap":{"fromObject":{"s3":{"endpoint":"https://k@s3.example","bucket":"b","credentialsSecret":{"name":"c"}},"key":"k","etcdVersion":"3.6.16"}}}`, noGo: whyBootstrap + whyEndpoint},
+		{path: "spec.bootstrap.fromObject.s3.endpoint", message: "endpoint must not contain control characters or spaces", spec: `{"bootstrap":{"fromObject":{"s3":{"endpoint":"https://s3 example","bucket":"b","credentialsSecret":{"name":"c"}},"key":"k","etcdVersion":"3.6.16"}}}`, noGo: whyBootstrap + whyEndpoint},
+		{path: "spec.bootstrap.fromObject.s3.endpoint", message: "endpoint's host must be a DNS name or an IP address", spec: `{"bootstrap":{"fromObject":{"s3":{"endpoint":"https://s3.example:port","bucket":"b","credentialsSecret":{"name":"c"}},"key":"k","etcdVersion":"3.6.16"}}}`, noGo: whyBootstrap + whyEndpoint},
 		{path: "spec.chart.patches[]", message: "a chart patch needs exactly one of strategicMerge and json", spec: `{"chart":{"patches":[{"target":{"kind":"Service"},"strategicMerge":{"metadata":{"labels":{"a":"b"}}},"json":[{"op":"remove","path":"/metadata/labels"}]}]}}`},
 		{path: "spec.chart.patches[].json[]", message: "move and copy need from", spec: `{"chart":{"patches":[{"target":{"kind":"Service"},"json":[{"op":"move","path":"/metadata/labels/x"}]}]}}`},
 		{path: "spec.chart.source", message: "chart.source needs exactly one of configMap and oci", spec: `{"chart":{"source":{"configMap":{"name":"c"},"oci":{"repository":"oci://r.example/c","version":"1.0.0"}}}}`, noGo: whyChartSrc},
+		{path: "spec.chart.source.oci.repository", message: "repository must not contain control characters or spaces", spec: `{"chart":{"source":{"oci":{"repository":"oci://r.example/c\u0007","version":"1.0.0"}}}}`,
+			noGo: whyChartSrc + "; charts.PullOCI refuses control characters and spaces before any request"},
 		{path: "spec.etcd", message: "etcd.electionTimeoutMillis must be at least 5 times", spec: `{"etcd":{"heartbeatIntervalMillis":300}}`},
 		{path: "spec.etcd", message: "etcd.autoCompactionRetention must be a revision count", spec: `{"etcd":{"autoCompactionMode":"revision","autoCompactionRetention":"1h"}}`},
 		{path: "spec.etcd.extraArgs", message: "extraArgs sets flags that etcd-pilot owns", spec: `{"etcd":{"extraArgs":{"force-new-cluster":"true"}}}`},
@@ -203,6 +212,9 @@ func backupParityRows() []parityRow {
 		{path: "spec.destination.persistentVolumeClaim.path", message: "path must be relative to the claim's root", spec: `{"clusterName":"prod","destination":{"persistentVolumeClaim":{"claimName":"c","path":"a/../../b"}}}`,
 			noGo: "not refused in Go: claimPath (controllers/backup_store.go) cleans the path as rooted, so an object stored before this rule still writes and restores inside the claim's root (TestClaimPathStaysUnderTheRoot)"},
 		{path: "spec.destination.s3.endpoint", message: "endpoint must be an http:// or https:// URL", spec: `{"clusterName":"prod","destination":{"s3":{"endpoint":"https://s3.example/path","bucket":"b","credentialsSecret":{"name":"c"}}}}`, noGo: dest},
+		{path: "spec.destination.s3.endpoint", message: "endpoint must not carry a user name or password", spec: `{"clusterName":"prod","destination":{"s3":{"endpoint":"https://k:s@s3.example","bucket":"b","credentialsSecret":{"name":"c"}}}}`, noGo: dest + whyEndpoint},
+		{path: "spec.destination.s3.endpoint", message: "endpoint must not contain control characters or spaces", spec: `{"clusterName":"prod","destination":{"s3":{"endpoint":"https://s3.example\r","bucket":"b","credentialsSecret":{"name":"c"}}}}`, noGo: dest + whyEndpoint},
+		{path: "spec.destination.s3.endpoint", message: "endpoint's host must be a DNS name or an IP address", spec: `{"clusterName":"prod","destination":{"s3":{"endpoint":"https://s3.example,evil","bucket":"b","credentialsSecret":{"name":"c"}}}}`, noGo: dest + whyEndpoint},
 	}
 }
 

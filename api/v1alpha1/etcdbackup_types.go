@@ -69,10 +69,15 @@ type BackupDestination struct {
 // S3Destination is a bucket of an S3-compatible object store.
 type S3Destination struct {
 	// Endpoint is the store's URL, for example https://s3.eu-central-1.amazonaws.com or
-	// http://minio.storage.svc:9000.
+	// http://minio.storage.svc:9000. The operator connects to it under its outbound policy,
+	// which its administrator sets: by default https only, and no loopback, link-local or
+	// cloud metadata address (a backup to a refused endpoint fails with EndpointRefused).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#]+/?$')",message="endpoint must be an http:// or https:// URL with a host (and optional port) and no path, for example https://s3.eu-central-1.amazonaws.com"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('@')",message="endpoint must not carry a user name or password: the store's credentials come from credentialsSecret"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:] ]')",message="endpoint must not contain control characters or spaces"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?/?$')",message="endpoint's host must be a DNS name or an IP address (an IPv6 address in brackets), with an optional port"
 	Endpoint string `json:"endpoint"`
 
 	// Bucket holds the snapshots; it must exist.
@@ -311,6 +316,11 @@ const (
 	ReasonNoDestination = "NoDestination"
 	// ReasonCredentialsInvalid : the credentials Secret is missing or lacks its keys.
 	ReasonCredentialsInvalid = "CredentialsInvalid"
+	// ReasonEndpointRefused : the operator's outbound policy refuses the destination's
+	// endpoint (an address it may not reach, plain HTTP): no connection was made, and
+	// trying again would be refused again. The operator's administrator decides the policy
+	// (--allowed-endpoints, --allow-insecure-endpoints).
+	ReasonEndpointRefused = "EndpointRefused"
 	// ReasonNoHealthyMember : no member is healthy and caught up to take a snapshot from.
 	ReasonNoHealthyMember = "NoHealthyMember"
 	// ReasonSnapshotFailed : the member did not serve the snapshot.

@@ -393,16 +393,20 @@ type ChartSource struct {
 // OCIChartSource is a chart version in an OCI registry.
 type OCIChartSource struct {
 	// Repository is the chart's reference without its version, as `helm pull` takes it:
-	// oci://HOST[:PORT]/PATH/CHART (no login in it: use pullSecret).
+	// oci://HOST[:PORT]/PATH/CHART (no login in it: use pullSecret). The operator pulls under
+	// its outbound policy, which its administrator sets: by default https only, and no
+	// loopback, link-local or cloud metadata address.
 	// +kubebuilder:validation:Pattern=`^oci://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s/:@]+)+$`
 	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:] ]')",message="repository must not contain control characters or spaces"
 	Repository string `json:"repository"`
 	// Version is the chart version to pull (its tag in the registry). Pin it: the operator
 	// pulls a version once, so a tag moved later is not seen.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	Version string `json:"version"`
-	// PlainHTTP reaches the registry over plain HTTP (an in-cluster registry without TLS).
+	// PlainHTTP reaches the registry over plain HTTP (an in-cluster registry without TLS),
+	// if the operator's administrator allows plain HTTP (--allow-insecure-endpoints).
 	// +optional
 	PlainHTTP bool `json:"plainHTTP,omitempty"`
 	// PullSecret names a kubernetes.io/dockerconfigjson Secret in the cluster's namespace

@@ -170,6 +170,9 @@ const (
 type PrepareArgs struct {
 	ID, SHA256, Volume, File              string
 	S3Endpoint, S3Bucket, S3Key, S3Region string
+	// Egress are the flags of the operator's outbound policy (egress.Policy.Args), which the
+	// S3 endpoint is held to in the pod as in the operator.
+	Egress []string
 }
 
 // Flags renders a as command-line flags.
@@ -187,7 +190,7 @@ func (a PrepareArgs) Flags() []string {
 	add("s3-bucket", a.S3Bucket)
 	add("s3-key", a.S3Key)
 	add("s3-region", a.S3Region)
-	return out
+	return append(out, a.Egress...)
 }
 
 // SnapshotRevision reads the etcd revision of the snapshot file at path: the highest revision

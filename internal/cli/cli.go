@@ -25,6 +25,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -122,6 +123,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	memLimit := fs.Int64("memory-limit", envInt64("MEMORY_LIMIT"), "the container's memory limit in bytes (default $MEMORY_LIMIT, which the Deployment sets from limits.memory): the Go runtime keeps its memory to 60 % of it, collecting garbage sooner as the heap nears it (GOMEMLIMIT, when set, wins; 0: no limit)")
 	var op operatorFlags
 	op.bind(fs, os.Getenv("POD_NAMESPACE"), "$POD_NAMESPACE")
+	var out egress.Flags
+	out.Bind(fs)
 	zo := zap.Options{}
 	zo.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -137,6 +140,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	o.Operator = operator
+	if o.Egress, err = out.Policy(); err != nil {
+		return err
+	}
+	ctrl.Log.Info("outbound policy for the endpoints tenants write", "policy", o.Egress.String())
 	if o.Operator.Namespace == "" {
 		ctrl.Log.Info("the operator's namespace is not known (set POD_NAMESPACE or --operator-namespace): the NetworkPolicy of a cluster with spec.networkPolicy will not admit the operator's pods")
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
@@ -29,6 +30,9 @@ type liveFlags struct {
 	name       string
 	namespace  string
 	kubeconfig string
+	// egress holds the pull of an OCI chart to the operator's outbound policy: pass the
+	// manager's --allowed-endpoints and --allow-insecure-endpoints to pull what it pulls.
+	egress egress.Flags
 }
 
 func (l *liveFlags) bind(fs *flag.FlagSet) {
@@ -37,6 +41,7 @@ func (l *liveFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&l.namespace, "namespace", "default", "with --live and no -f: the EtcdCluster's namespace")
 	fs.StringVar(&l.namespace, "n", "default", "same as --namespace")
 	fs.StringVar(&l.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	l.egress.Bind(fs)
 }
 
 func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts.Renderer, stdin io.Reader, chartDir bool) ([]*unstructured.Unstructured, error) {
@@ -86,7 +91,11 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 	}
 	r := embedded
 	if !chartDir {
-		if r, err = render.ChartFor(ctx, cl, disco, embedded, c); err != nil {
+		policy, err := l.egress.Policy()
+		if err != nil {
+			return nil, err
+		}
+		if r, err = render.ChartFor(ctx, cl, disco, embedded, c, policy); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/objstore"
 )
 
@@ -35,7 +36,13 @@ func runRestorePrepare(ctx context.Context, args []string, stdout, stderr io.Wri
 	sha := fs.String("sha256", "", "expected sha256 of the snapshot object (hex)")
 	report := fs.String("report", "/dev/termination-log", "file the JSON report is written to (empty: stdout only)")
 	timeout := fs.Duration("timeout", time.Hour, "time limit of the fetch")
+	var out egress.Flags // the operator passes its own
+	out.Bind(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	policy, err := out.Policy()
+	if err != nil {
 		return err
 	}
 	if *id == "" || (*file == "") == (*key == "") {
@@ -48,6 +55,7 @@ func runRestorePrepare(ctx context.Context, args []string, stdout, stderr io.Wri
 		Endpoint: *endpoint, Bucket: *bucket, Region: *region,
 		AccessKeyID: os.Getenv(backup.EnvS3AccessKeyID), SecretAccessKey: os.Getenv(backup.EnvS3SecretAccessKey),
 		SessionToken: os.Getenv(backup.EnvS3SessionToken), CABundle: []byte(os.Getenv(backup.EnvS3CABundle)),
+		Egress: policy,
 	}, *key, *sha)
 	rep := restoreReport{Prepared: p}
 	if err != nil {

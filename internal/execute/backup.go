@@ -94,7 +94,7 @@ func (x *Executor) deleteBackupObject(ctx context.Context, c *v1alpha1.EtcdClust
 	case b.Status.Location == "" || dest.S3 == nil:
 		return nil
 	default:
-		store, err := OpenS3(ctx, x.APIReader, x.OpenS3, c.Namespace, c.Name, dest.S3)
+		store, err := OpenS3(ctx, x.APIReader, x.OpenS3, x.Egress, c.Namespace, c.Name, dest.S3)
 		if err != nil {
 			return fmt.Errorf("failed to delete the snapshot of EtcdBackup %s: %w", b.Name, err)
 		}

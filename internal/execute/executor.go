@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/metrics"
 	"github.com/etcd-pilot/etcd-pilot/internal/objstore"
@@ -40,6 +41,9 @@ type Executor struct {
 	Operator values.Operator
 	// OpenS3 opens S3 backup destinations; objstore.NewS3 when nil.
 	OpenS3 func(cfg objstore.S3Config) (objstore.Store, error)
+	// Egress is the outbound policy S3 endpoints are held to, here and in the restore pods
+	// (egress.Default when nil).
+	Egress *egress.Policy
 	// AfterStep, when set, is called after every step carried out, with the step's kind.
 	// Tests of crash safety use it to stop the operator between two steps.
 	AfterStep func(kind string)

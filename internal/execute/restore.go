@@ -232,6 +232,8 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 	switch {
 	case src.S3 != nil:
 		args.S3Endpoint, args.S3Bucket, args.S3Key, args.S3Region = src.S3.Endpoint, src.S3.Bucket, src.Key, src.S3.Region
+		// The pod reads the snapshot under the operator's outbound policy too.
+		args.Egress = x.Egress.Args()
 		sec := src.S3.CredentialsSecret.Name
 		env = []corev1.EnvVar{
 			secretEnv(backup.EnvS3AccessKeyID, sec, backup.SecretKeyAccessKeyID, false),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/objstore"
 )
 
@@ -27,8 +28,13 @@ type StoreOpener func(cfg objstore.S3Config) (objstore.Store, error)
 
 // OpenS3 reads the destination's credentials Secret (only that Secret, by name, in the
 // cluster's namespace, from the API server: the operator keeps no Secret cache) and opens the
-// store. The EtcdBackup controller uploads there, retention deletes there.
-func OpenS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, cluster string, d *v1alpha1.S3Destination) (objstore.Store, error) {
+// store, held to the outbound policy p (a refused endpoint is an error egress.IsRefused
+// matches). The EtcdBackup controller uploads there, retention deletes there.
+func OpenS3(ctx context.Context, reader client.Reader, open StoreOpener, p *egress.Policy, ns, cluster string, d *v1alpha1.S3Destination) (objstore.Store, error) {
+	// The endpoint first: a refused one costs no read of the Secret.
+	if err := p.CheckEndpoint(d.Endpoint); err != nil {
+		return nil, fmt.Errorf("failed to open the S3 destination %s: %w", d.Endpoint, err)
+	}
 	sec := &corev1.Secret{}
 	name := d.CredentialsSecret.Name
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sec); err != nil {
@@ -51,6 +57,7 @@ func OpenS3(ctx context.Context, reader client.Reader, open StoreOpener, ns, clu
 		Endpoint: d.Endpoint, Bucket: d.Bucket, Prefix: backup.S3Prefix(ns, cluster, d), Region: d.Region,
 		AccessKeyID: string(sec.Data[backup.SecretKeyAccessKeyID]), SecretAccessKey: string(sec.Data[backup.SecretKeySecretAccessKey]),
 		SessionToken: string(sec.Data[backup.SecretKeySessionToken]), CABundle: []byte(d.CABundle),
+		Egress: p,
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"

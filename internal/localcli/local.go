@@ -166,6 +166,8 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	operator := fs.Bool("operator", true, "install the operator from config/default: a Deployment whose pods run --operator-binary as its image")
 	verbose := fs.Bool("v", false, "print each start-up step")
 	operatorBin := fs.String("operator-binary", "", "the operator binary: run as the operator (its manager command) and as the operator's image (default: "+operatorBinaryName+" next to this binary)")
+	var operatorArgs stringList
+	fs.Var(&operatorArgs, "operator-arg", "an argument added to the operator's (etcd-pilot manager's) in config/default's Deployment, such as --allowed-endpoints=127.0.0.0/8 for a MinIO on this machine (repeatable)")
 	if pos, err := localFlags(fs, args); err != nil {
 		return 0, err
 	} else if len(pos) > 0 {
@@ -197,6 +199,7 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 			Binaries:       localcluster.LocateBinaries(root),
 			Executable:     exe,
 			OperatorBinary: opBin,
+			OperatorArgs:   operatorArgs,
 		}
 		return 0, upInNamespace(ctx, opts, *dirFlag, *verbose, stdout, stderr)
 	}

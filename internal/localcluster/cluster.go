@@ -61,6 +61,10 @@ type Options struct {
 	// link this package): the only file of the operator's image (see InstallOperatorImage),
 	// which the operator's pods and its backup pods run. It must pass CheckOperatorBinary.
 	OperatorBinary string
+	// OperatorArgs are added to the manager's args of config/default's Deployment before it
+	// is applied, as an administrator would (the end-to-end suite allows its MinIO, on
+	// 127.0.0.1 over plain HTTP, with --allowed-endpoints and --allow-insecure-endpoints).
+	OperatorArgs []string
 	// Names is the name view every process of the cluster resolves through.
 	Names NameView
 	// Progress, if set, is called as each step completes.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,9 +16,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // The operator's Deployment, as config/default installs it.
@@ -46,12 +50,26 @@ type operator struct {
 	extra    []string        // KEY=VALUE added by StartOperator
 }
 
-// installOperator applies config/default with kubectl, as a user installs the operator, and
-// waits until one of its pods is Ready.
+// installOperator applies config/default with kubectl, as a user installs the operator (with
+// Options.OperatorArgs added to the manager's args), and waits until one of its pods is Ready.
 func (c *Cluster) installOperator(ctx context.Context) error {
 	kubectl := filepath.Join(c.opts.Binaries.Kube, "kubectl")
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts",
-		"-k", filepath.Join(c.opts.Binaries.Root, "config", "default"))
+	dir := filepath.Join(c.opts.Binaries.Root, "config", "default")
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", dir)
+	if len(c.opts.OperatorArgs) > 0 {
+		build := exec.CommandContext(ctx, kubectl, "kustomize", dir)
+		var stderr bytes.Buffer
+		build.Stderr = &stderr
+		manifest, err := build.Output()
+		if err != nil {
+			return fmt.Errorf("failed to build config/default (kubectl kustomize): %w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		if manifest, err = withOperatorArgs(manifest, c.opts.OperatorArgs); err != nil {
+			return err
+		}
+		cmd = exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
+		cmd.Stdin = bytes.NewReader(manifest)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -68,6 +86,58 @@ func (c *Cluster) installOperator(ctx context.Context) error {
 	}
 	c.operator = &operator{c: c, replicas: ptr.Deref(d.Spec.Replicas, 1), baseEnv: slices.Clone(mgr.Env)}
 	return c.operator.waitReady(ctx, operatorReadyTimeout)
+}
+
+// withOperatorArgs returns the manifest (YAML documents) with args added to the manager
+// container's of the operator's Deployment; an error when it has none.
+func withOperatorArgs(manifest []byte, args []string) ([]byte, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	var out bytes.Buffer
+	found := false
+	for {
+		obj := map[string]any{}
+		if err := dec.Decode(&obj); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("failed to read config/default's objects: %w", err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := unstructured.Unstructured{Object: obj}
+		if u.GetKind() == "Deployment" && u.GetName() == OperatorDeployment {
+			containers, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers")
+			for i, c := range containers {
+				ctr, ok := c.(map[string]any)
+				if !ok || ctr["name"] != OperatorContainer {
+					continue
+				}
+				have, _, _ := unstructured.NestedStringSlice(ctr, "args")
+				all := make([]any, 0, len(have)+len(args))
+				for _, a := range append(have, args...) {
+					all = append(all, a)
+				}
+				ctr["args"] = all
+				containers[i], found = ctr, true
+			}
+			if !found {
+				return nil, fmt.Errorf("the Deployment %s of config/default has no container %q", OperatorDeployment, OperatorContainer)
+			}
+			if err := unstructured.SetNestedSlice(obj, containers, "spec", "template", "spec", "containers"); err != nil {
+				return nil, err
+			}
+		}
+		b, err := sigsyaml.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		out.WriteString("---\n")
+		out.Write(b)
+	}
+	if !found {
+		return nil, fmt.Errorf("config/default has no Deployment %s to add %q to", OperatorDeployment, args)
+	}
+	return out.Bytes(), nil
 }
 
 func operatorContainer(d *appsv1.Deployment) *corev1.Container {

@@ -27,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -61,6 +62,10 @@ type Options struct {
 	// Operator is where the operator runs: a cluster's NetworkPolicy admits its pods to the
 	// members.
 	Operator values.Operator
+	// Egress is the outbound policy of the connections to hosts tenants write: S3 endpoints
+	// (in the operator and its restore pods), OCI chart registries, chart schema URLs
+	// (egress.Default when nil: https only, no loopback, link-local or metadata address).
+	Egress *egress.Policy
 	// PprofAddr serves net/http/pprof on this address; "" or "0" (the default) disables it.
 	PprofAddr string
 	// QPS and Burst limit the operator's requests to the API server (client-go's token
@@ -171,6 +176,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		AfterStep:   o.AfterStep,
 		AgentImage:  o.AgentImage,
 		Operator:    o.Operator,
+		Egress:      o.Egress,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
@@ -186,6 +192,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Timeout:     o.BackupTimeout,
 		AgentImage:  o.AgentImage,
 		Operator:    o.Operator,
+		Egress:      o.Egress,
 	}
 	if err := br.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdBackup controller: %w", err)

@@ -9,12 +9,15 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 )
 
 const (
@@ -53,6 +56,9 @@ type S3Config struct {
 	// 10,000th of the largest object it can store. 0 means DefaultPartSize; otherwise it must
 	// lie within [MinPartSize, MaxPartSize].
 	PartSize int64
+	// Egress is the outbound policy the endpoint is held to, before any request and at every
+	// dial (egress.Default when nil: https only, no loopback, link-local or metadata address).
+	Egress *egress.Policy
 }
 
 // s3Store is a Store over one bucket and prefix.
@@ -64,12 +70,21 @@ type s3Store struct {
 	partSize uint64
 }
 
-// NewS3 returns a Store over cfg's bucket. It checks cfg but makes no request: a missing
-// bucket or wrong credentials show in the first call's error (ErrBucketNotFound,
-// ErrAccessDenied).
+// NewS3 returns a Store over cfg's bucket. It checks cfg, and the endpoint against
+// cfg.Egress (a refused endpoint is an error that egress.IsRefused matches), but makes no
+// request: a missing bucket or wrong credentials show in the first call's error
+// (ErrBucketNotFound, ErrAccessDenied). Errors of calls name the class of a connection's
+// failure, never what the server sent beyond an S3 error code.
 func NewS3(cfg S3Config) (Store, error) {
 	host, secure, err := parseEndpoint(cfg.Endpoint, cfg.Insecure)
 	if err != nil {
+		return nil, err
+	}
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
+	if err := cfg.Egress.CheckURL(&url.URL{Scheme: scheme, Host: host}); err != nil {
 		return nil, err
 	}
 	if err := s3utils.CheckValidBucketName(cfg.Bucket); err != nil {
@@ -122,15 +137,11 @@ func NewS3(cfg S3Config) (Store, error) {
 	client, err := minio.New(host, &minio.Options{
 		Creds:     creds,
 		Secure:    secure,
-		Transport: tr,
+		Transport: cfg.Egress.Transport(tr),
 		Region:    cfg.Region,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the S3 client for %s: %w", cfg.Endpoint, err)
-	}
-	scheme := "http"
-	if secure {
-		scheme = "https"
 	}
 	return &s3Store{
 		client:   client,
@@ -161,7 +172,9 @@ func parseEndpoint(endpoint string, insecure bool) (host string, secure bool, er
 		return "", false, fmt.Errorf("invalid endpoint %q: scheme must be http or https", endpoint)
 	case u.Host == "":
 		return "", false, fmt.Errorf("invalid endpoint %q: no host", endpoint)
-	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.User != nil:
+	case u.User != nil:
+		return "", false, fmt.Errorf("invalid endpoint %q: no user name or password in the URL (credentials come from the credentials Secret)", u.Redacted())
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "":
 		return "", false, fmt.Errorf("invalid endpoint %q: want only a scheme and host[:port], no path, query or user", endpoint)
 	case insecure && u.Scheme == "https":
 		return "", false, fmt.Errorf("invalid endpoint %q: Insecure is set with an https URL", endpoint)
@@ -188,6 +201,8 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader) (int64, erro
 	if err := validateKey(key); err != nil {
 		return 0, fmt.Errorf("failed to put %s: %w", s.Location(key), err)
 	}
+	ctx, stop := egress.FailFast(ctx)
+	defer stop()
 	info, err := s.client.PutObject(ctx, s.bucket, s.fullKey(key), ctxReader{ctx, r}, -1, minio.PutObjectOptions{
 		ContentType: "application/octet-stream",
 		// With an unknown size minio-go would otherwise size parts for a 5 TiB object
@@ -196,7 +211,7 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader) (int64, erro
 		NumThreads: 1,
 	})
 	if err != nil {
-		return 0, s.wrap("put", key, err)
+		return 0, s.wrap(ctx, "put", key, err)
 	}
 	return info.Size, nil
 }
@@ -206,17 +221,32 @@ func (s *s3Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := validateKey(key); err != nil {
 		return nil, fmt.Errorf("failed to open %s: %w", s.Location(key), err)
 	}
+	ctx, stop := egress.FailFast(ctx)
 	obj, err := s.client.GetObject(ctx, s.bucket, s.fullKey(key), minio.GetObjectOptions{})
 	if err != nil {
-		return nil, s.wrap("open", key, err)
+		stop()
+		return nil, s.wrap(ctx, "open", key, err)
 	}
 	// GetObject is lazy: Stat sends the request, so a missing object or bucket shows here
 	// rather than in the caller's first Read.
 	if _, err := obj.Stat(); err != nil {
 		_ = obj.Close()
-		return nil, s.wrap("open", key, err)
+		stop()
+		return nil, s.wrap(ctx, "open", key, err)
 	}
-	return obj, nil
+	return &s3Object{Object: obj, stop: stop}, nil
+}
+
+// s3Object is an object being read; closing it ends its context.
+type s3Object struct {
+	*minio.Object
+	stop func()
+}
+
+func (o *s3Object) Close() error {
+	err := o.Object.Close()
+	o.stop()
+	return err
 }
 
 // List implements Store. Keys ending in "/" (the empty "folder" objects some consoles create)
@@ -225,8 +255,8 @@ func (s *s3Store) List(ctx context.Context, prefix string) ([]Object, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("failed to list %s*: %w", s.Location(prefix), err)
 	}
-	ctx, cancel := context.WithCancel(ctx) // stops minio-go's lister if we return early
-	defer cancel()
+	ctx, stop := egress.FailFast(ctx) // also stops minio-go's lister if we return early
+	defer stop()
 	base := ""
 	if s.prefix != "" {
 		base = s.prefix + "/"
@@ -234,7 +264,7 @@ func (s *s3Store) List(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: base + prefix, Recursive: true}) {
 		if info.Err != nil {
-			return nil, s.wrap("list", prefix+"*", info.Err)
+			return nil, s.wrap(ctx, "list", prefix+"*", info.Err)
 		}
 		if strings.HasSuffix(info.Key, "/") || !strings.HasPrefix(info.Key, base) {
 			continue
@@ -251,42 +281,83 @@ func (s *s3Store) Delete(ctx context.Context, key string) error {
 	if err := validateKey(key); err != nil {
 		return fmt.Errorf("failed to delete %s: %w", s.Location(key), err)
 	}
+	ctx, stop := egress.FailFast(ctx)
+	defer stop()
 	err := s.client.RemoveObject(ctx, s.bucket, s.fullKey(key), minio.RemoveObjectOptions{})
 	if err != nil && minio.ToErrorResponse(err).Code != "NoSuchKey" { // S3 says 204 anyway
-		return s.wrap("delete", key, err)
+		return s.wrap(ctx, "delete", key, err)
 	}
 	return nil
 }
 
 // wrap turns a minio-go error into "failed to <verb> s3://...: ...", naming the cause when it
-// is the configuration's (bucket, credentials) or a missing object.
-func (s *s3Store) wrap(verb, key string, err error) error {
+// is the configuration's (bucket, credentials) or a missing object. The endpoint is a host the
+// tenant chose: the message carries the server's S3 error code and HTTP status at most, never
+// its message or body, and a connection's failure only as its class (egress.Describe). ctx is
+// the call's egress.FailFast context: a refusal that ended it is the error.
+func (s *s3Store) wrap(ctx context.Context, verb, key string, err error) error {
+	if r := egress.Refusal(ctx); r != nil {
+		err = r
+	}
 	resp := minio.ToErrorResponse(err)
-	var e *s3Error
+	e := &s3Error{cause: err}
 	switch resp.Code {
 	case "NoSuchBucket":
-		e = &s3Error{kind: ErrBucketNotFound, msg: fmt.Sprintf("bucket %q does not exist at %s", s.bucket, s.endpoint)}
+		e.kind, e.msg = ErrBucketNotFound, fmt.Sprintf("bucket %q does not exist at %s", s.bucket, s.endpoint)
 	case "NoSuchKey":
-		e = &s3Error{kind: fs.ErrNotExist, msg: "no such object"}
+		e.kind, e.msg = fs.ErrNotExist, "no such object"
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
 		"TokenRefreshRequired", "InvalidClientTokenId", "AllAccessDisabled":
-		e = &s3Error{kind: ErrAccessDenied, msg: fmt.Sprintf(
-			"access denied by %s (%s: %s): check the access key ID, secret access key and session token, and that they may use bucket %q",
-			s.endpoint, resp.Code, resp.Message, s.bucket)}
+		e.kind, e.msg = ErrAccessDenied, fmt.Sprintf(
+			"access denied by %s (%s): check the access key ID, secret access key and session token, and that they may use bucket %q",
+			s.endpoint, resp.Code, s.bucket)
 	default:
-		return fmt.Errorf("failed to %s %s: %w", verb, s.Location(key), err)
+		e.msg = describeS3(resp, err)
 	}
-	e.cause = err
 	return fmt.Errorf("failed to %s %s: %w", verb, s.Location(key), e)
 }
 
-// s3Error is an S3 error classified as one of the package's kinds (ErrBucketNotFound,
-// ErrAccessDenied, fs.ErrNotExist); errors.As still finds minio-go's ErrorResponse in cause.
+// s3Code is what an S3 error code looks like; anything else a server sent as one is withheld.
+var s3Code = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9.]{0,63}$`)
+
+// describeS3 says what went wrong with a request, in words of our own: the server's answer by
+// HTTP status and S3 code, or the connection's failure by class.
+func describeS3(resp minio.ErrorResponse, err error) string {
+	code := resp.Code
+	if !s3Code.MatchString(code) {
+		code = ""
+	}
+	switch {
+	case egress.IsRefused(err):
+		return egress.Describe(err)
+	case resp.StatusCode != 0 && code != "":
+		return fmt.Sprintf("the server answered HTTP %d with S3 error %s", resp.StatusCode, code)
+	case resp.StatusCode != 0:
+		return fmt.Sprintf("the server answered HTTP %d", resp.StatusCode)
+	case code != "":
+		// minio-go's own checks (an invalid argument, an object too large): local, not the
+		// server's.
+		return "S3 client error " + code
+	case strings.Contains(err.Error(), "Connection closed by foreign host"):
+		// minio-go's replacement for an EOF from the server.
+		return "the server closed the connection"
+	}
+	return egress.Describe(err)
+}
+
+// s3Error is an S3 error with a message of our own, classified as one of the package's kinds
+// (ErrBucketNotFound, ErrAccessDenied, fs.ErrNotExist) or none; errors.As still finds
+// minio-go's ErrorResponse, and errors.Is a context's error, in cause.
 type s3Error struct {
-	kind  error
+	kind  error // nil when none
 	msg   string
 	cause error
 }
 
-func (e *s3Error) Error() string   { return e.msg }
-func (e *s3Error) Unwrap() []error { return []error{e.kind, e.cause} }
+func (e *s3Error) Error() string { return e.msg }
+func (e *s3Error) Unwrap() []error {
+	if e.kind == nil {
+		return []error{e.cause}
+	}
+	return []error{e.kind, e.cause}
+}

@@ -16,7 +16,7 @@ import (
 func BenchmarkS3Put(b *testing.B) {
 	const size = 512 << 20
 	srv := testminio.Start(b)
-	s, err := NewS3(S3Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	s, err := NewS3(S3Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Egress: localEgress})
 	if err != nil {
 		b.Fatal(err)
 	}

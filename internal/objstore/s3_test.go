@@ -15,8 +15,21 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	testminio "github.com/etcd-pilot/etcd-pilot/internal/testutil/minio"
 )
+
+// localEgress is the outbound policy of the tests' servers: MinIO and httptest listen on
+// 127.0.0.1, MinIO over plain HTTP, both of which the default policy refuses. The tests allow
+// them explicitly, as an administrator would with --allowed-endpoints=127.0.0.0/8
+// --allow-insecure-endpoints.
+var localEgress = func() *egress.Policy {
+	p, err := egress.New(egress.Config{Allowed: []string{"127.0.0.0/8"}, AllowInsecure: true})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
 
 // newS3 returns a store over srv's bucket with the minimum part size, so a few MiB make a
 // multipart upload of several parts.
@@ -29,6 +42,7 @@ func newS3(t testing.TB, srv *testminio.Server, prefix string) Store {
 		AccessKeyID:     srv.AccessKey,
 		SecretAccessKey: srv.SecretKey,
 		PartSize:        MinPartSize,
+		Egress:          localEgress,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +165,7 @@ func TestS3WrongCredentials(t *testing.T) {
 		{name: "WrongSecretWithRegion", key: srv.AccessKey, secret: "not-the-secret", region: "us-east-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := NewS3(S3Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Region: tc.region, AccessKeyID: tc.key, SecretAccessKey: tc.secret})
+			s, err := NewS3(S3Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Region: tc.region, AccessKeyID: tc.key, SecretAccessKey: tc.secret, Egress: localEgress})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +187,7 @@ func TestS3MissingBucket(t *testing.T) {
 	srv := testminio.Start(t)
 	for _, region := range []string{"", "us-east-1"} {
 		t.Run("region="+region, func(t *testing.T) {
-			s, err := NewS3(S3Config{Endpoint: srv.Endpoint, Bucket: "no-such-bucket", Region: region, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+			s, err := NewS3(S3Config{Endpoint: srv.Endpoint, Bucket: "no-such-bucket", Region: region, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Egress: localEgress})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +210,7 @@ func TestS3MissingBucket(t *testing.T) {
 }
 
 func TestNewS3RefusesBadConfig(t *testing.T) {
-	good := S3Config{Endpoint: "http://127.0.0.1:9000", Bucket: "bkt", AccessKeyID: "a", SecretAccessKey: "s"}
+	good := S3Config{Endpoint: "http://127.0.0.1:9000", Bucket: "bkt", AccessKeyID: "a", SecretAccessKey: "s", Egress: localEgress}
 	for _, tc := range []struct {
 		name string
 		edit func(*S3Config)
@@ -216,6 +230,7 @@ func TestNewS3RefusesBadConfig(t *testing.T) {
 		{"TokenAlone", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey, c.SessionToken = "", "", "t" }, "invalid credentials"},
 		{"CAForHTTP", func(c *S3Config) { c.CABundle = []byte("x") }, "plain HTTP"},
 		{"CANotPEM", func(c *S3Config) { c.Endpoint, c.CABundle = "https://h", []byte("not pem") }, "invalid CA bundle"},
+		{"UserInURL", func(c *S3Config) { c.Endpoint = "https://u:p@h" }, "no user name or password"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
@@ -256,7 +271,7 @@ func TestS3CABundle(t *testing.T) {
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes refused below
 	defer srv.Close()
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	cfg := S3Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", AccessKeyID: "a", SecretAccessKey: "s"}
+	cfg := S3Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", AccessKeyID: "a", SecretAccessKey: "s", Egress: localEgress}
 
 	s, err := NewS3(cfg)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/backup"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -85,6 +86,9 @@ type RestoreReads struct {
 	// QuorumLoss is the process's memory of since when each cluster has been without quorum;
 	// Restore updates it.
 	QuorumLoss *LostQuorum
+	// Egress is the operator's outbound policy: a source whose S3 endpoint it refuses is a
+	// problem the restore reports before any restore pod runs (egress.Default when nil).
+	Egress *egress.Policy
 }
 
 // Restore gathers the restore planner's view, and the evidence the gate reads for a disaster
@@ -116,6 +120,10 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 		ro.Bootstrap, ro.BootstrapProblem = &s.Source, problem
 		if w, ok := strings.CutPrefix(problem, waitingPrefix); ok {
 			ro.BootstrapProblem, ro.BootstrapWaiting = "", w
+		}
+		if problem == "" {
+			problem = endpointProblem(rd.Egress, s)
+			ro.BootstrapProblem = problem
 		}
 		if problem == "" {
 			srcs[s.Location] = s
@@ -164,7 +172,7 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 		if err != nil {
 			return ro, srcs, drEv, err
 		}
-		if latest != nil {
+		if latest != nil && endpointProblem(rd.Egress, *latest) == "" {
 			ro.Latest = &latest.Source
 			srcs[latest.Location] = *latest
 		}
@@ -175,6 +183,9 @@ func Restore(ctx context.Context, rd RestoreReads, c *v1alpha1.EtcdCluster, t re
 			s, problem, err := recordedSource(ctx, rd.Client, c, rec, o.TargetVersion)
 			if err != nil {
 				return ro, srcs, drEv, err
+			}
+			if problem == "" {
+				problem = endpointProblem(rd.Egress, s)
 			}
 			if problem != "" {
 				ro.SourceProblem = problem
@@ -460,6 +471,20 @@ func bootstrapSource(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdClus
 		return s, problem, err
 	}
 	return s, restore.VersionPairProblem(eb.Status.EtcdVersion, target), nil
+}
+
+// endpointProblem says why the outbound policy p refuses s's S3 endpoint ("" when it does
+// not, or s is on a claim): the restore pods would be refused it (they run under the same
+// policy), so the restore says so before it starts any. Only what can be told without a
+// DNS lookup is checked here; a name the pods resolve to a refused address fails them.
+func endpointProblem(p *egress.Policy, s SnapshotSource) string {
+	if s.S3 == nil {
+		return ""
+	}
+	if err := p.CheckEndpoint(s.S3.Endpoint); err != nil {
+		return fmt.Sprintf("the snapshot's S3 endpoint %s cannot be read: %v", s.S3.Endpoint, err)
+	}
+	return ""
 }
 
 func orUnknown(s string) string {

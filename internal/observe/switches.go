@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
@@ -391,7 +392,10 @@ func secretVolume(ps *corev1.PodSpec, name string) string {
 // question, without names. With the user's or cert-manager's certificates (no CA key) the
 // evidence is the TLS handshake: the listener serves a certificate of the peer CA for the
 // member's name and accepts the members' peer certificate. kc reads the member pods, api the
-// Secrets (past the cache); timeout bounds the question over HTTP.
+// Secrets (past the cache); timeout bounds the question over HTTP. The URL's host and port
+// come from values a tenant may set (the cluster domain, the peer port), and the answer ends
+// up in conditions: it names a failure's class (egress.Describe) and the HTTP status, never
+// what the host sent.
 func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, c *v1alpha1.EtcdCluster, u string, clusterID uint64, secret string) string {
 	tr := &http.Transport{DisableKeepAlives: true}
 	if strings.HasPrefix(u, "https://") {
@@ -424,17 +428,17 @@ func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, 
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err.Error()
+		return egress.Describe(err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		return "GET /members: " + resp.Status
+		return fmt.Sprintf("GET /members: HTTP %d", resp.StatusCode)
 	}
 	id, err := strconv.ParseUint(resp.Header.Get("X-Etcd-Cluster-ID"), 16, 64)
 	switch {
 	case err != nil:
-		return fmt.Sprintf("the answer names no cluster ID (%q)", resp.Header.Get("X-Etcd-Cluster-ID"))
+		return "the answer names no cluster ID"
 	case id != clusterID:
 		return fmt.Sprintf("the answer is from cluster %s, not %s", etcd.FormatID(id), etcd.FormatID(clusterID))
 	}
@@ -485,7 +489,7 @@ func handshake(ctx context.Context, u string, cfg *tls.Config) string {
 	defer cancel()
 	conn, err := d.DialContext(hctx, "tcp", pu.Host)
 	if err != nil {
-		return err.Error()
+		return egress.Describe(err)
 	}
 	_ = conn.Close()
 	return ""

@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 )
 
 // ChartSourceError is a spec.chart.source that cannot be rendered: the ConfigMap or its key
@@ -50,6 +51,9 @@ type Sources struct {
 	Discovery discovery.DiscoveryInterface
 	// Recorder, when set, records a ChartPulled event on the cluster.
 	Recorder events.EventRecorder
+	// Egress is the outbound policy registries and the URLs a chart's schema refers to are
+	// held to (egress.Default when nil).
+	Egress *egress.Policy
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]chartSourceEntry
@@ -143,6 +147,7 @@ func (s *Sources) get(name types.NamespacedName, key string, caps func() (*chart
 	if err != nil {
 		return nil, err
 	}
+	rend.WithEgress(s.Egress)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.entries == nil {
@@ -192,6 +197,7 @@ func (s *Sources) ociRenderer(ctx context.Context, c *v1alpha1.EtcdCluster) (*ch
 	if err != nil {
 		return nil, err
 	}
+	opts.Egress = s.Egress
 	key := fmt.Sprintf("%s:%s plain=%t secret=%s@%s", o.Repository, o.Version, o.PlainHTTP, o.PullSecret, secretVersion)
 	// By the whole key: clusters of a namespace on different versions keep one each.
 	name := types.NamespacedName{Namespace: c.Namespace, Name: "oci:" + key}
@@ -293,10 +299,18 @@ func dockerConfigLogin(data []byte, host string) (string, string, bool) {
 }
 
 // ChartFor returns the Renderer of c's chart as the operator would pick it: embedded unless
-// spec.chart.source names a ConfigMap (read with reader) or an OCI chart (pulled now); d
-// reads what such a chart sees of the cluster (nil: Helm's defaults). For `etcd-pilot
-// render --live`.
-func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster) (*charts.Renderer, error) {
+// spec.chart.source names a ConfigMap (read with reader) or an OCI chart (pulled now, under
+// the outbound policy p); d reads what such a chart sees of the cluster (nil: Helm's
+// defaults). For `etcd-pilot render --live`.
+func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster, p *egress.Policy) (*charts.Renderer, error) {
+	rend, err := chartFor(ctx, reader, d, embedded, c, p)
+	if err != nil || rend == embedded {
+		return rend, err
+	}
+	return rend.WithEgress(p), nil
+}
+
+func chartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster, p *egress.Policy) (*charts.Renderer, error) {
 	src := c.Spec.Chart.Source
 	if src == nil || (src.ConfigMap == nil && src.OCI == nil) {
 		return embedded, nil
@@ -313,6 +327,7 @@ func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryIn
 		if err != nil {
 			return nil, err
 		}
+		opts.Egress = p
 		archive, err := pullOCI(src.OCI, opts)
 		if err != nil {
 			return nil, err

@@ -177,6 +177,43 @@ func TestBackupWithWrongCredentialsFailsClearly(t *testing.T) {
 	}
 }
 
+// A backup to the cloud metadata address is refused by the operator's outbound policy, which
+// the suite leaves at its default there (it allows only 127.0.0.0/8 and plain HTTP, for its
+// MinIO): the backup fails with EndpointRefused at once, and the cluster says so.
+func TestBackupToTheMetadataAddressIsRefused(t *testing.T) {
+	ns := namespace(t)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
+		StringData: map[string]string{"accessKeyID": "a", "secretAccessKey": "s"}}
+	if err := k8s.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	spec := &v1alpha1.BackupSpec{Schedule: "@every 10s", Destination: v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{
+		Endpoint: "http://169.254.169.254", Bucket: "latest", CredentialsSecret: v1alpha1.SecretReference{Name: sec.Name}}}}
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(1)), Backup: spec}}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "BackupReady False with BackupFailed naming EndpointRefused", func() error {
+		got := getCluster(t, ns)
+		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionBackupReady)
+		if ready == nil || ready.Reason != v1alpha1.ReasonBackupFailed {
+			return fmt.Errorf("BackupReady %+v", ready)
+		}
+		if !strings.Contains(ready.Message, v1alpha1.ReasonEndpointRefused) {
+			return fmt.Errorf("BackupReady message %q does not name the refusal", ready.Message)
+		}
+		return nil
+	})
+	for _, b := range backupsOf(t, ns) {
+		cond := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionComplete)
+		if b.Status.Phase == v1alpha1.BackupFailed && (cond == nil || cond.Reason != v1alpha1.ReasonEndpointRefused ||
+			!strings.Contains(cond.Message, "refused by the operator's outbound policy") || b.Status.Attempts > 1) {
+			t.Errorf("EtcdBackup %s: attempts %d, Complete %+v", b.Name, b.Status.Attempts, cond)
+		}
+	}
+}
+
 // claimFolder is the host folder of a bound claim's volume on the local cluster.
 func claimFolder(t testing.TB, ns, name string) string {
 	t.Helper()

@@ -137,7 +137,11 @@ func processesUnder(dir string) []string {
 // startLocal runs `etcd-pilot-local up` and waits for its ready line.
 func startLocal() (*exec.Cmd, error) {
 	start := time.Now()
-	cmd := exec.Command(bin, "up", "--dir", dir)
+	// The suite's MinIO (internal/testutil/minio) listens on 127.0.0.1 over plain HTTP, which
+	// the operator's outbound policy refuses by default: the suite allows both, explicitly, as
+	// an administrator would. Link-local and metadata addresses stay refused.
+	cmd := exec.Command(bin, "up", "--dir", dir,
+		"--operator-arg=--allowed-endpoints=127.0.0.0/8", "--operator-arg=--allow-insecure-endpoints")
 	cmd.Dir = root
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
