@@ -237,8 +237,12 @@ func identity(where string, spec *corev1.PodSpec, rendered map[string]bool) []st
 		}
 		account = field.value
 		if field.value != DefaultServiceAccount && !rendered[field.value] {
+			own := "it creates none"
+			if len(rendered) > 0 {
+				own = "it creates " + strings.Join(sortedKeys(rendered), ", ")
+			}
 			out = append(out, fmt.Sprintf("%s.%s %q is neither a ServiceAccount of this render (%s) nor %s",
-				where, field.name, field.value, strings.Join(sortedKeys(rendered), ", "), DefaultServiceAccount))
+				where, field.name, field.value, own, DefaultServiceAccount))
 		}
 	}
 	for i, v := range spec.Volumes {

@@ -153,7 +153,7 @@ func TestFields(t *testing.T) {
 			refuse: []string{"spec.automountServiceAccountToken must be false"}},
 		{name: "token automounted at privileged", from: "automountServiceAccountToken: false", pod: "automountServiceAccountToken: true", level: Privileged},
 		{name: "another service account", from: "serviceAccountName: etcd", pod: "serviceAccountName: ci-deployer", level: Baseline,
-			refuse: []string{`spec.serviceAccountName "ci-deployer" is neither a ServiceAccount of this render (etcd) nor default`}},
+			refuse: []string{`spec.serviceAccountName "ci-deployer" is neither a ServiceAccount of this render (it creates etcd) nor default`}},
 		{name: "the deprecated field", from: "serviceAccountName: etcd", pod: "serviceAccount: ci-deployer", level: Restricted,
 			refuse: []string{`spec.serviceAccount "ci-deployer"`}},
 		{name: "the default service account", from: "serviceAccountName: etcd", pod: "serviceAccountName: default", level: Restricted},
@@ -205,7 +205,7 @@ func TestARenderWithoutItsServiceAccount(t *testing.T) {
 	pod := obj(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n"+indent(restrictedPod, 2))
 	fake := obj(t, "apiVersion: example.com/v1\nkind: ServiceAccount\nmetadata: {name: etcd}\n")
 	for _, objs := range [][]*unstructured.Unstructured{{pod}, {fake, pod}} {
-		if err := Check(objs, Restricted); err == nil || !strings.Contains(err.Error(), `serviceAccountName "etcd" is neither`) {
+		if err := Check(objs, Restricted); err == nil || !strings.Contains(err.Error(), `serviceAccountName "etcd" is neither a ServiceAccount of this render (it creates none) nor default`) {
 			t.Fatalf("a pod of ServiceAccount etcd that the render does not create: %v", err)
 		}
 	}
