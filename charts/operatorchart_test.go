@@ -641,6 +641,18 @@ func TestOperatorChartValues(t *testing.T) {
 		t.Errorf("one replica has an anti-affinity to itself: %+v", d.Spec.Template.Spec.Affinity)
 	}
 
+	// The Pod Security level is the admin's: restricted unless the values relax it.
+	for level, want := range map[any]string{nil: "restricted", "baseline": "baseline", "privileged": "privileged"} {
+		vals := map[string]any{}
+		if level != nil {
+			vals["podSecurityLevel"] = level
+		}
+		args := managerContainer(t, typedDeployment(t, mustRenderOperatorChart(t, "pilot", "ops", vals).objects, "pilot")).Args
+		if !slices.Contains(args, "--pod-security-level="+want) {
+			t.Errorf("podSecurityLevel %v: args %q, want --pod-security-level=%s", level, args, want)
+		}
+	}
+
 	// No ServiceAccount of its own: the pods run as the one named, and the bindings name it.
 	objs = mustRenderOperatorChart(t, "pilot", "ops", map[string]any{"serviceAccount": map[string]any{"create": false, "name": "existing"}}).objects
 	if sa := typedDeployment(t, objs, "pilot").Spec.Template.Spec.ServiceAccountName; sa != "existing" {
@@ -681,6 +693,7 @@ func TestOperatorChartSchemaRefusesInvalidValues(t *testing.T) {
 		"metrics port":              {"metrics": map[string]any{"port": 70000}},
 		"extra arg without dashes":  {"extraArgs": []any{"etcd-timeout=5s"}},
 		"namespaced as a string":    {"namespaced": "yes"},
+		"unknown pod security":      {"podSecurityLevel": "none"},
 		"subject without namespace": {"rbac": map[string]any{"metricsReader": map[string]any{"subjects": []any{map[string]any{"name": "p"}}}}},
 	} {
 		if _, err := renderOperatorChart(c, "pilot", "ops", vals); err == nil {

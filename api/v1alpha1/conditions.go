@@ -65,6 +65,12 @@ const (
 	// objects without what the operator relies on; the message lists every missing term.
 	// Nothing of the render is applied until it is fixed.
 	ReasonChartContractBroken = "ChartContractBroken"
+	// ReasonPodSecurityViolation : a pod the render would run (after spec.chart.patches,
+	// whatever the chart) is outside the Pod Security level the operator holds renders to
+	// (restricted unless its admin set --pod-security-level), or would get a service-account
+	// token or another ServiceAccount than the render's own; the message names each object,
+	// container and field. Nothing of the render is applied; what runs keeps running.
+	ReasonPodSecurityViolation = "PodSecurityViolation"
 	// ReasonTLSNotReady : spec.tls cannot be served yet: a Secret the user provides is missing
 	// or invalid, the CA Secret cannot be read, or (source CertManager) cert-manager is not
 	// installed or has not written a valid Secret for a Certificate yet. Nothing is applied
@@ -304,6 +310,8 @@ var ReasonEffects = map[string]Effect{
 	ReasonDisablingAuth:       EffectProgresses,
 	ReasonAuthLockedOut:       EffectDegrades,
 	ReasonAuthStillEnabled:    EffectDegrades,
+	// The render waits for the user to fix spec.chart (or the admin to relax the level).
+	ReasonPodSecurityViolation: EffectDegrades,
 }
 
 // Stalls says, for every reason that degrades, whether it also stalls (Stalled=True, kstatus
@@ -337,6 +345,8 @@ var Stalls = map[string]bool{
 	ReasonAuthLockedOut:  true,
 	// The client TLS switch waits for spec.auth.enabled: false (or tls.client back).
 	ReasonAuthStillEnabled: true,
+	// Nothing is applied until spec.chart changes.
+	ReasonPodSecurityViolation: true,
 
 	// An upgrade waits for its backup, which failed: delete the EtcdBackup to take it again.
 	// A scheduled backup that failed for good stalls too until a newer one succeeds.

@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/execute"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -125,6 +126,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	op.bind(fs, os.Getenv("POD_NAMESPACE"), "$POD_NAMESPACE")
 	var out egress.Flags
 	out.Bind(fs)
+	op.bindPodSecurity(fs)
 	zo := zap.Options{}
 	zo.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -144,6 +146,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	ctrl.Log.Info("outbound policy for the endpoints tenants write", "policy", o.Egress.String())
+	if operator.PodSecurity != podsecurity.Restricted {
+		// Insecure is a visible choice: say it once, at start.
+		ctrl.Log.Info("renders and the operator's own pods are held to a Pod Security level below restricted (--pod-security-level)", "level", operator.PodSecurity)
+	}
 	if o.Operator.Namespace == "" {
 		ctrl.Log.Info("the operator's namespace is not known (set POD_NAMESPACE or --operator-namespace): the NetworkPolicy of a cluster with spec.networkPolicy will not admit the operator's pods")
 	}
@@ -176,10 +182,19 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	return mgr.Start(ctx)
 }
 
-// operatorFlags say where the operator runs, for the NetworkPolicy (values.Operator).
+// operatorFlags say where the operator runs, for the NetworkPolicy, and the Pod Security
+// level renders are held to (values.Operator).
 type operatorFlags struct {
-	namespace string
-	podLabels string
+	namespace   string
+	podLabels   string
+	podSecurity string
+}
+
+// bindPodSecurity binds --pod-security-level (manager and render; values renders no pods).
+func (f *operatorFlags) bindPodSecurity(fs *flag.FlagSet) {
+	fs.StringVar(&f.podSecurity, "pod-security-level", string(podsecurity.Restricted),
+		"the Pod Security Standards level every pod of a render (after spec.chart.patches, whatever the chart) and every backup and restore pod must meet: restricted, baseline or privileged (no check). "+
+			"A render that does not is refused (Degraded/"+v1alpha1.ReasonPodSecurityViolation+") and nothing of it is applied. restricted and baseline also refuse a service-account token and a ServiceAccount other than the render's own or the namespace's default")
 }
 
 func (f *operatorFlags) bind(fs *flag.FlagSet, defaultNamespace, namespaceDoc string) {
@@ -188,7 +203,11 @@ func (f *operatorFlags) bind(fs *flag.FlagSet, defaultNamespace, namespaceDoc st
 }
 
 func (f *operatorFlags) operator() (values.Operator, error) {
-	op := values.Operator{Namespace: f.namespace}
+	level, err := podsecurity.ParseLevel(f.podSecurity)
+	if err != nil {
+		return values.Operator{}, fmt.Errorf("failed to parse --pod-security-level: %w", err)
+	}
+	op := values.Operator{Namespace: f.namespace, PodSecurity: level}
 	if f.podLabels != "" {
 		l, err := labels.ConvertSelectorToLabelsMap(f.podLabels)
 		if err != nil {
@@ -305,13 +324,17 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var in inputFlags
 	in.bind(fs)
+	in.operator.bindPodSecurity(fs)
 	var live liveFlags
 	live.bind(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	op, err := in.operator.operator()
+	if err != nil {
+		return err
+	}
 	var r *charts.Renderer
-	var err error
 	if in.chartDir != "" {
 		r, err = charts.FromDir(in.chartDir)
 	} else {
@@ -322,12 +345,12 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	var objs []*unstructured.Unstructured
 	if live.on {
-		objs, err = live.render(context.Background(), &in, r, stdin, in.chartDir != "")
+		objs, err = live.render(context.Background(), &in, r, stdin, in.chartDir != "", op.PodSecurity)
 	} else {
 		var c *v1alpha1.EtcdCluster
 		var vals map[string]any
 		if c, vals, err = in.load(stdin); err == nil {
-			objs, err = render.DesiredFromValues(r, c, vals)
+			objs, err = render.DesiredFromValues(r, c, vals, op.PodSecurity)
 		}
 	}
 	if err != nil {

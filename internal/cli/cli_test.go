@@ -145,3 +145,42 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version printed %q (exit %d)", out, code)
 	}
 }
+
+// privilegedCluster patches its etcd container to run privileged as root.
+const privilegedCluster = `apiVersion: etcdpilot.io/v1alpha1
+kind: EtcdCluster
+metadata: {name: x, namespace: tenant}
+spec:
+  chart:
+    patches:
+    - target: {kind: StatefulSet}
+      strategicMerge:
+        spec: {template: {spec: {containers: [{name: etcd, securityContext: {privileged: true, runAsUser: 0}}]}}}
+`
+
+// TestRenderHoldsPodsToTheLevel: render refuses what the operator refuses, with the same
+// message, at the level --pod-security-level names (restricted unless told otherwise).
+func TestRenderHoldsPodsToTheLevel(t *testing.T) {
+	for _, args := range [][]string{{"render", "-f", "-"}, {"render", "-f", "-", "--pod-security-level", "baseline"}} {
+		out, errOut, code := run(t, privilegedCluster, args...)
+		if code == 0 || out != "" {
+			t.Fatalf("%v: exit %d, printed %d bytes; want a refusal and nothing printed", args, code, len(out))
+		}
+		for _, w := range []string{"StatefulSet x: spec.template.spec: privileged", `container "etcd" must not set securityContext.privileged=true`} {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%v: the refusal does not say %q: %s", args, w, errOut)
+			}
+		}
+	}
+	// runAsUser 0 is baseline; privileged checks nothing.
+	if _, errOut, _ := run(t, privilegedCluster, "render", "-f", "-", "--pod-security-level", "baseline"); strings.Contains(errOut, "runAsUser") {
+		t.Errorf("baseline refuses runAsUser 0: %s", errOut)
+	}
+	out, errOut, code := run(t, privilegedCluster, "render", "-f", "-", "--pod-security-level", "privileged")
+	if code != 0 || !strings.Contains(out, "privileged: true") {
+		t.Fatalf("--pod-security-level privileged: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := run(t, privilegedCluster, "render", "-f", "-", "--pod-security-level", "none"); code == 0 || !strings.Contains(errOut, "--pod-security-level") {
+		t.Fatalf("an unknown level: exit %d: %s", code, errOut)
+	}
+}

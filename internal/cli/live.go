@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
@@ -44,7 +45,7 @@ func (l *liveFlags) bind(fs *flag.FlagSet) {
 	l.egress.Bind(fs)
 }
 
-func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts.Renderer, stdin io.Reader, chartDir bool) ([]*unstructured.Unstructured, error) {
+func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts.Renderer, stdin io.Reader, chartDir bool, level podsecurity.Level) ([]*unstructured.Unstructured, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = l.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -99,7 +100,7 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 			return nil, err
 		}
 	}
-	objs, err := render.DesiredFromValues(r, c, vals)
+	objs, err := render.DesiredFromValues(r, c, vals, level)
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 )
 
 // CreateBackupPod creates the pod that writes a snapshot to a claim (the EtcdBackup
-// controller builds it, owned by its EtcdBackup); one that exists already is success.
+// controller builds it, owned by its EtcdBackup); one that exists already is success. A pod
+// outside the operator's Pod Security level is refused (a *podsecurity.Error), uncreated.
 func (x *Executor) CreateBackupPod(ctx context.Context, pod *corev1.Pod) error {
+	if err := podsecurity.CheckPod(pod, x.Operator.PodSecurity); err != nil {
+		return err
+	}
 	if err := x.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/restore"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
@@ -212,6 +213,28 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 	if err != nil {
 		return err
 	}
+	pod, err := x.restorePod(c, t, member, src, sts, founders)
+	if err != nil {
+		return err
+	}
+	// The pod takes the rendered pod's securityContext and placement: held to the same level.
+	if err := podsecurity.CheckPod(pod, x.Operator.PodSecurity); err != nil {
+		return fmt.Errorf("failed to create restore pod %s: %w", pod.Name, err)
+	}
+	if err := controllerutil.SetControllerReference(c, pod, x.Scheme); err != nil {
+		return fmt.Errorf("failed to own restore pod %s: %w", pod.Name, err)
+	}
+	if err := x.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create restore pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// restorePod builds the restore pod of member from the restore's source, the rendered
+// StatefulSet and the founding list: restricted Pod Security whatever the render (its pod
+// securityContext and placement aside), no service-account token.
+func (x *Executor) restorePod(c *v1alpha1.EtcdCluster, t render.Topology, member string, src observe.SnapshotSource, sts *appsv1.StatefulSet, founders []string) (*corev1.Pod, error) {
+	rec := c.Status.Restore
 	k, _ := plan.Ordinal(t.StatefulSet, member)
 	var etcdImage, token string
 	for _, ctr := range sts.Spec.Template.Spec.Containers {
@@ -222,7 +245,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 		token, _ = chartcontract.ParseEtcdArgs(ctr.Command, ctr.Args).Get("initial-cluster-token")
 	}
 	if etcdImage == "" || token == "" {
-		return fmt.Errorf("the rendered StatefulSet has no etcd container with --initial-cluster-token")
+		return nil, fmt.Errorf("the rendered StatefulSet has no etcd container with --initial-cluster-token")
 	}
 	args := backup.PrepareArgs{ID: rec.ID, SHA256: rec.SHA256, Volume: restoreVolumeRoot}
 	var env []corev1.EnvVar
@@ -249,7 +272,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.Claim, ReadOnly: true}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "backup", MountPath: backup.ClaimMountPath, ReadOnly: true})
 	default:
-		return fmt.Errorf("the restore's source %s has neither an S3 object nor a claim", rec.Location)
+		return nil, fmt.Errorf("the restore's source %s has neither an S3 object nor a claim", rec.Location)
 	}
 	restricted := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
@@ -257,7 +280,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 	tpl := sts.Spec.Template.Spec
-	pod := &corev1.Pod{
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: c.Namespace, Name: restore.PodName(c.Name, rec.ID, k),
 			Labels: map[string]string{
@@ -305,14 +328,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 			}},
 			Volumes: volumes,
 		},
-	}
-	if err := controllerutil.SetControllerReference(c, pod, x.Scheme); err != nil {
-		return fmt.Errorf("failed to own restore pod %s: %w", pod.Name, err)
-	}
-	if err := x.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("failed to create restore pod %s: %w", pod.Name, err)
-	}
-	return nil
+	}, nil
 }
 
 // LabelRestore on a restore pod holds the restore's ID.

@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/postrender"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
@@ -52,12 +53,13 @@ func DesiredAt(r *charts.Renderer, c *v1alpha1.EtcdCluster, op values.Operator, 
 	if err != nil {
 		return nil, err
 	}
-	return DesiredFromValues(r, c, vals)
+	return DesiredFromValues(r, c, vals, op.PodSecurity)
 }
 
 // DesiredFromValues is Desired with the chart values given (etcd-pilot render merges its
-// --values and --set over the computed ones).
-func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[string]any) ([]*unstructured, error) {
+// --values and --set over the computed ones). Every pod the objects would run is held to
+// level (empty: restricted), after the patches.
+func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[string]any, level podsecurity.Level) ([]*unstructured, error) {
 	objs, err := r.Render(charts.Release{Name: c.Name, Namespace: c.Namespace}, vals)
 	if err != nil {
 		return nil, fmt.Errorf("the chart refused the values computed from the spec (check spec.chart.values): %w", err)
@@ -82,6 +84,9 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 		o.SetLabels(l)
 	}
 	if err := chartcontract.Check(objs, ContractOf(c)); err != nil {
+		return nil, err
+	}
+	if err := podsecurity.Check(objs, level); err != nil {
 		return nil, err
 	}
 	if c.UID != "" {

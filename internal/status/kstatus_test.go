@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -96,6 +97,11 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 		{name: "version below the cluster version", observed: true,
 			o:    with(func(o *observe.Observation) { o.SpecErr = fmt.Errorf("failed to render: %w", &values.VersionError{}) }),
 			want: kstatus.FailedStatus, reason: v1alpha1.ReasonVersionRefused},
+		{name: "a patch makes a pod privileged", observed: true,
+			o: with(func(o *observe.Observation) {
+				o.SpecErr = &podsecurity.Error{Level: podsecurity.Restricted, Violations: []string{`StatefulSet etcd: spec.template.spec: privileged (container "etcd" must not set securityContext.privileged=true)`}}
+			}),
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonPodSecurityViolation},
 		{name: "a TLS Secret the user provides is missing", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.SpecErr = &render.TLSError{Msg: "Secret ns/peer (spec.tls.peer.secretName) does not exist"}

@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
@@ -399,6 +400,10 @@ func specErrReason(err error) string {
 	var ce *chartcontract.Error
 	if errors.As(err, &ce) {
 		return v1alpha1.ReasonChartContractBroken
+	}
+	var pe *podsecurity.Error
+	if errors.As(err, &pe) {
+		return v1alpha1.ReasonPodSecurityViolation
 	}
 	return v1alpha1.ReasonInvalidSpec
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
+	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/versions"
 )
 
@@ -33,15 +34,20 @@ type VersionError struct{ Err error }
 func (e *VersionError) Error() string { return e.Err.Error() }
 func (e *VersionError) Unwrap() error { return e.Err }
 
-// Operator says where the operator runs, so that a cluster's NetworkPolicy lets its pods reach
-// the members. The operator fills it from its own environment; it reaches the values only
-// when spec.networkPolicy is enabled.
+// Operator is what a render needs to know of the operator: where it runs, so that a
+// cluster's NetworkPolicy lets its pods reach the members (the operator fills it from its own
+// environment; it reaches the values only when spec.networkPolicy is enabled), and the Pod
+// Security level the cluster admin holds every render to (never the values: a tenant cannot
+// change it).
 type Operator struct {
 	// Namespace the operator's pods run in. Empty: the policy names no operator pods (an
 	// operator that runs outside the cluster, whose traffic no pod selector matches).
 	Namespace string
 	// PodLabels select the operator's pods in Namespace; empty selects every pod there.
 	PodLabels map[string]string
+	// PodSecurity is the level every pod of a render, after its patches, and every pod the
+	// operator creates must meet (--pod-security-level); empty is restricted.
+	PodSecurity podsecurity.Level
 }
 
 // DefaultOperatorNamespace and DefaultOperatorPodLabels are where config/default deploys the
