@@ -89,7 +89,11 @@ func parityRows() []parityRow {
 		{path: "spec.etcd.extraArgs", message: "extraArgs sets flags that etcd-pilot owns", spec: `{"etcd":{"extraArgs":{"force-new-cluster":"true"}}}`},
 		{path: "spec.etcd.extraArgs", message: "extraArgs sets flags that have typed fields", spec: `{"etcd":{"extraArgs":{"snapshot-count":"5"}}}`},
 		{path: "spec.etcd.extraArgs", message: "extraArgs has unknown etcd flags", spec: `{"etcd":{"extraArgs":{"--log-level":"debug"}}}`},
+		{path: "spec.etcd.extraArgs{}", message: "an extraArgs value may hold printable ASCII characters only", spec: `{"etcd":{"extraArgs":{"log-level":"info\n            - --client-cert-auth=false"}}}`},
 		{path: "spec.image", message: "image is a repository without a tag or digest", spec: `{"image":"registry.example/etcd:v3.6.16"}`},
+		{path: "spec.image", message: "image must be an image repository such as", spec: `{"image":"registry.example/etcd\n        command: [sh]"}`},
+		{path: "spec.priorityClassName", message: "priorityClassName must be the name of a PriorityClass", spec: `{"priorityClassName":"high\n      hostNetwork: true"}`},
+		{path: "spec.storage.storageClassName", message: "storage.storageClassName must be the name of a StorageClass", spec: `{"storage":{"storageClassName":"Fast SSD"}}`},
 		{path: "spec.maintenance.defragmentation.schedule", message: "schedule must not carry a time zone", spec: `{"maintenance":{"defragmentation":{"schedule":"TZ=UTC 0 4 * * *"}}}`, noGo: whyDefrag},
 		{path: "spec.maintenance.defragmentation.schedule", message: "schedule must be five cron fields", spec: `{"maintenance":{"defragmentation":{"schedule":"daily"}}}`, noGo: whyDefrag},
 		{path: "spec.storage", message: "storage.storageClassName cannot be changed after creation", old: `{"storage":{"storageClassName":"a"}}`, spec: `{"storage":{"storageClassName":"b"}}`, noGo: whyTransition},
@@ -110,6 +114,10 @@ func parityRows() []parityRow {
 	for _, g := range v1alpha1.GuardedChartValues {
 		v, _ := json.Marshal(map[string]any{"chart": map[string]any{"values": nested(g.Path, guardedSample(g.Type))}})
 		rows = append(rows, parityRow{path: "spec.chart.values", message: g.Message(), spec: string(v)})
+	}
+	for _, c := range v1alpha1.CheckedChartValues {
+		v, _ := json.Marshal(map[string]any{"chart": map[string]any{"values": nested(c.Path, "x\n            - --unsafe-no-fsync=true")}})
+		rows = append(rows, parityRow{path: "spec.chart.values", message: c.Message(), spec: string(v)})
 	}
 	for _, field := range []string{"allowedClients", "allowedMetricsClients"} {
 		p := "spec.networkPolicy." + field + "[]"
@@ -332,7 +340,8 @@ func randomSpec(r *rand.Rand) map[string]any {
 		}
 	}
 	set(spec, "version", part([]any{nil, "3.5.35", "3.6.16", "3.7.3"}, []any{"3.8.0", "2.3.4", "v3.6.16", "3.6", "latest"}))
-	set(spec, "image", part([]any{nil, "registry.example/etcd", "registry.example:5000/etcd"}, []any{"etcd:v3.6.16", "registry.example:5000/etcd:3", "etcd@sha256:0123"}))
+	set(spec, "image", part([]any{nil, "registry.example/etcd", "registry.example:5000/etcd"}, []any{"etcd:v3.6.16", "registry.example:5000/etcd:3", "etcd@sha256:0123", "registry.example/etcd\n        command: [sh]"}))
+	set(spec, "priorityClassName", part([]any{nil, "", "high-priority"}, []any{"High Priority"}))
 	set(spec, "replicas", pick(nil, 1, 3, 5))
 	etcd := map[string]any{}
 	if r.Intn(2) == 0 {
@@ -357,7 +366,8 @@ func randomSpec(r *rand.Rand) map[string]any {
 		args := map[string]any{}
 		for range 1 + r.Intn(2) {
 			args[part([]any{"log-level", "logger", "auth-token", "experimental-initial-corrupt-check"},
-				[]any{"force-new-cluster", "data-dir", "initial-cluster", "snapshot-count", "heartbeat-interval", "--log-level", "no-such-flag"}).(string)] = "x"
+				[]any{"force-new-cluster", "data-dir", "initial-cluster", "snapshot-count", "heartbeat-interval", "--log-level", "no-such-flag"}).(string)] =
+				part([]any{"x", "info", `{"maxsize": 100}`}, []any{"info\n            - --client-cert-auth=false", "x\x00", "x\ty"})
 		}
 		etcd["extraArgs"] = args
 	}
@@ -366,7 +376,7 @@ func randomSpec(r *rand.Rand) map[string]any {
 	}
 	if r.Intn(3) == 0 {
 		st := map[string]any{}
-		switch part([]any{0, 1, 2, 3}, []any{4}).(int) {
+		switch part([]any{0, 1, 2, 3}, []any{4, 5}).(int) {
 		case 1:
 			st["ephemeral"] = true
 		case 2:
@@ -376,6 +386,8 @@ func randomSpec(r *rand.Rand) map[string]any {
 			st["storageClassName"] = "fast"
 		case 4:
 			st["ephemeral"], st["storageClassName"] = true, "fast"
+		case 5:
+			st["storageClassName"] = "Fast SSD"
 		}
 		spec["storage"] = st
 	}
@@ -383,10 +395,16 @@ func randomSpec(r *rand.Rand) map[string]any {
 	if r.Intn(3) == 0 {
 		vals := map[string]any{}
 		for range 1 + r.Intn(2) {
-			switch part([]any{1, 2, 3}, []any{0}).(int) {
+			switch part([]any{1, 2, 3, 4}, []any{0, 5}).(int) {
 			case 0:
 				g := v1alpha1.GuardedChartValues[r.Intn(len(v1alpha1.GuardedChartValues))]
 				vals = values.Merge(vals, nested(g.Path, guardedSample(g.Type)))
+			case 4:
+				c := v1alpha1.CheckedChartValues[r.Intn(len(v1alpha1.CheckedChartValues))]
+				vals = values.Merge(vals, nested(c.Path, pick("", "k8s.example").(string)))
+			case 5:
+				c := v1alpha1.CheckedChartValues[r.Intn(len(v1alpha1.CheckedChartValues))]
+				vals = values.Merge(vals, nested(c.Path, pick("x\n            - --unsafe-no-fsync=true", "Upper.Case", "x\x00").(string)))
 			case 1:
 				vals["commonAnnotations"] = map[string]any{"team": "a"}
 			case 2:

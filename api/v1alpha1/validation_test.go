@@ -245,7 +245,7 @@ func TestStorageImmutable(t *testing.T) {
 			},
 			update: func(s *v1alpha1.EtcdClusterSpec) {
 				s.Replicas = ptr.To(int32(5))
-				s.Etcd.ExtraArgs = map[string]string{"log-level": "warn"}
+				s.Etcd.ExtraArgs = map[string]v1alpha1.EtcdFlagValue{"log-level": "warn"}
 			},
 		},
 		{
@@ -392,14 +392,14 @@ func TestAutoCompaction(t *testing.T) {
 func TestExtraArgs(t *testing.T) {
 	args := func(kv ...string) func(*v1alpha1.EtcdClusterSpec) {
 		return func(s *v1alpha1.EtcdClusterSpec) {
-			s.Etcd.ExtraArgs = map[string]string{}
+			s.Etcd.ExtraArgs = map[string]v1alpha1.EtcdFlagValue{}
 			for i := 0; i < len(kv); i += 2 {
-				s.Etcd.ExtraArgs[kv[i]] = kv[i+1]
+				s.Etcd.ExtraArgs[kv[i]] = v1alpha1.EtcdFlagValue(kv[i+1])
 			}
 		}
 	}
 	tooMany := func(s *v1alpha1.EtcdClusterSpec) {
-		s.Etcd.ExtraArgs = map[string]string{}
+		s.Etcd.ExtraArgs = map[string]v1alpha1.EtcdFlagValue{}
 		for _, f := range v1alpha1.AllowedEtcdFlags[:33] {
 			s.Etcd.ExtraArgs[f] = "x"
 		}
@@ -761,9 +761,9 @@ func TestChartValuesRulesMatchGuardedList(t *testing.T) {
 		t.Errorf("spec.chart.values no longer keeps unknown fields")
 	}
 	rules := s.XValidations
-	if len(rules) != len(v1alpha1.GuardedChartValues) {
-		t.Errorf("spec.chart.values has %d CEL rules, want one per guarded key (%d): run make manifests",
-			len(rules), len(v1alpha1.GuardedChartValues))
+	if want := len(v1alpha1.GuardedChartValues) + len(v1alpha1.CheckedChartValues); len(rules) != want {
+		t.Errorf("spec.chart.values has %d CEL rules, want one per guarded key and one per checked key (%d): run make manifests",
+			len(rules), want)
 	}
 	for i, g := range v1alpha1.GuardedChartValues {
 		if i < len(rules) && (rules[i].Rule != g.Rule() || rules[i].Message != g.Message()) {
@@ -783,12 +783,34 @@ func TestChartValuesRulesMatchGuardedList(t *testing.T) {
 			t.Errorf("spec.chart.values.%s is declared %q nullable=%v, want %q and not nullable (CEL cannot refuse a null)", g.Path, p.Type, p.Nullable, g.Type)
 		}
 	}
+	for i, c := range v1alpha1.CheckedChartValues {
+		j := len(v1alpha1.GuardedChartValues) + i
+		if j < len(rules) && (rules[j].Rule != c.Rule() || rules[j].Message != c.Message()) {
+			t.Errorf("rule %d is %q (%q), want %q (%q): run make manifests", j, rules[j].Rule, rules[j].Message, c.Rule(), c.Message())
+		}
+		p := s
+		for _, part := range strings.Split(c.Path, ".") {
+			next, ok := p.Properties[part]
+			if !ok {
+				t.Errorf("spec.chart.values does not declare %s: run make manifests", c.Path)
+				p = nil
+				break
+			}
+			p = &next
+		}
+		if p != nil && (p.Type != "string" || p.Nullable || p.MaxLength == nil || *p.MaxLength != int64(c.MaxLength)) {
+			t.Errorf("spec.chart.values.%s is declared %q nullable=%v maxLength=%v, want a string of at most %d, not nullable", c.Path, p.Type, p.Nullable, p.MaxLength, c.MaxLength)
+		}
+	}
 	var paths []string
 	for _, g := range v1alpha1.GuardedChartValues {
 		paths = append(paths, g.Path)
 	}
+	for _, c := range v1alpha1.CheckedChartValues {
+		paths = append(paths, c.Path)
+	}
 	if dup := duplicates(paths); len(dup) > 0 {
-		t.Errorf("GuardedChartValues lists %q more than once", dup)
+		t.Errorf("GuardedChartValues and CheckedChartValues list %q more than once", dup)
 	}
 }
 

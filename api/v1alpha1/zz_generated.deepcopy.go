@@ -738,7 +738,7 @@ func (in *EtcdSettings) DeepCopyInto(out *EtcdSettings) {
 	}
 	if in.ExtraArgs != nil {
 		in, out := &in.ExtraArgs, &out.ExtraArgs
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]EtcdFlagValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}

@@ -1,6 +1,7 @@
 // Command chartvalues declares the keys of v1alpha1.GuardedChartValues in the generated CRD's
-// schema of spec.chart.values and writes the CEL rule that refuses each of them. `make
-// manifests` runs it after controller-gen, on the files controller-gen wrote.
+// schema of spec.chart.values and writes the CEL rule that refuses each of them, then declares
+// the keys of v1alpha1.CheckedChartValues and writes the CEL rule that holds each to its
+// pattern. `make manifests` runs it after controller-gen, on the files controller-gen wrote.
 //
 // CEL cannot see fields that the schema does not declare (unknown fields kept by
 // x-kubernetes-preserve-unknown-fields are hidden from it), and controller-gen has no marker
@@ -62,7 +63,7 @@ func patchFile(path string) error {
 		if !ok {
 			return fmt.Errorf("%s has no schema for spec.chart.values", path)
 		}
-		if err := declare(values, v1alpha1.GuardedChartValues); err != nil {
+		if err := declare(values, v1alpha1.GuardedChartValues, v1alpha1.CheckedChartValues); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
@@ -73,9 +74,9 @@ func patchFile(path string) error {
 	return os.WriteFile(path, append([]byte("---\n"), out...), 0o644)
 }
 
-// declare sets the properties and the CEL rules of the values schema from guarded; it owns
-// both, so running it again gives the same result.
-func declare(values map[string]any, guarded []v1alpha1.GuardedChartValue) error {
+// declare sets the properties and the CEL rules of the values schema from guarded, then
+// checked; it owns both, so running it again gives the same result.
+func declare(values map[string]any, guarded []v1alpha1.GuardedChartValue, checked []v1alpha1.CheckedChartValue) error {
 	props := map[string]any{}
 	var rules []any
 	for _, g := range guarded {
@@ -83,22 +84,42 @@ func declare(values map[string]any, guarded []v1alpha1.GuardedChartValue) error 
 		if err != nil {
 			return err
 		}
-		parts := strings.Split(g.Path, ".")
-		level := props
-		// Parents keep every key they do not declare.
-		for _, p := range parts[:len(parts)-1] {
-			parent, ok := level[p].(map[string]any)
-			if !ok {
-				parent = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": map[string]any{}}
-				level[p] = parent
-			}
-			level = parent["properties"].(map[string]any)
+		if err := put(props, g.Path, leaf); err != nil {
+			return err
 		}
-		level[parts[len(parts)-1]] = leaf
 		rules = append(rules, map[string]any{"rule": g.Rule(), "message": g.Message()})
+	}
+	for _, c := range checked {
+		// maxLength bounds the cost of the rule's matches(), which the API server estimates
+		// from it.
+		leaf := map[string]any{"type": "string", "maxLength": c.MaxLength, "description": "Checked: " + c.Reason + "."}
+		if err := put(props, c.Path, leaf); err != nil {
+			return err
+		}
+		rules = append(rules, map[string]any{"rule": c.Rule(), "message": c.Message()})
 	}
 	values["properties"] = props
 	values["x-kubernetes-validations"] = rules
+	return nil
+}
+
+// put declares leaf at the dotted path below props, declaring its parents as objects that
+// keep every key they do not declare.
+func put(props map[string]any, path string, leaf map[string]any) error {
+	parts := strings.Split(path, ".")
+	level := props
+	for _, p := range parts[:len(parts)-1] {
+		parent, ok := level[p].(map[string]any)
+		if !ok {
+			parent = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": map[string]any{}}
+			level[p] = parent
+		}
+		level = parent["properties"].(map[string]any)
+	}
+	if _, ok := level[parts[len(parts)-1]]; ok {
+		return fmt.Errorf("chart value %s is declared twice (guarded and checked?)", path)
+	}
+	level[parts[len(parts)-1]] = leaf
 	return nil
 }
 

@@ -201,7 +201,12 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (ch
 	if err := checkExtraArgs(e.ExtraArgs); err != nil {
 		return charts.Values{}, err
 	}
-	v.Etcd.ExtraArgs = e.ExtraArgs
+	if len(e.ExtraArgs) > 0 {
+		v.Etcd.ExtraArgs = make(map[string]string, len(e.ExtraArgs))
+		for k, val := range e.ExtraArgs {
+			v.Etcd.ExtraArgs[k] = string(val)
+		}
+	}
 	tv, err := tlsValues(c, p)
 	if err != nil {
 		return charts.Values{}, err
@@ -358,6 +363,9 @@ func ComputeAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (
 		if err := checkGuarded(overrides); err != nil {
 			return nil, err
 		}
+		if err := checkChartValueStrings(overrides); err != nil {
+			return nil, err
+		}
 		out = Merge(out, overrides)
 	}
 	labels, _ := out["commonLabels"].(map[string]any)
@@ -415,10 +423,21 @@ func toMap(v charts.Values) (map[string]any, error) {
 
 var (
 	imageWithTag     = regexp.MustCompile(`^.*(@|:[^/]*$)`)
+	imageRepository  = regexp.MustCompile(v1alpha1.ImageRepositoryPattern)
+	dnsSubdomain     = regexp.MustCompile(v1alpha1.DNSSubdomainPattern)
+	etcdFlagValue    = regexp.MustCompile(v1alpha1.EtcdFlagValuePattern)
 	releaseVersion   = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 	supportedMinor   = regexp.MustCompile(`^3\.(5|6|7)\.`)
 	revisionCount    = regexp.MustCompile(`^[0-9]+$`)
 	periodicInterval = regexp.MustCompile(`^([0-9]+|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$`)
+	// checkedPatterns are the patterns of v1alpha1.CheckedChartValues, by path.
+	checkedPatterns = func() map[string]*regexp.Regexp {
+		out := map[string]*regexp.Regexp{}
+		for _, c := range v1alpha1.CheckedChartValues {
+			out[c.Path] = regexp.MustCompile(c.Pattern)
+		}
+		return out
+	}()
 )
 
 // checkSpec refuses what the CRD's CEL rules on the spec's typed fields refuse (with their
@@ -429,6 +448,15 @@ func checkSpec(s v1alpha1.EtcdClusterSpec) error {
 	var msgs []string
 	if imageWithTag.MatchString(s.Image) {
 		msgs = append(msgs, "image is a repository without a tag or digest (for example registry.example/etcd); the tag comes from spec.version")
+	}
+	if s.Image != "" && !imageRepository.MatchString(s.Image) {
+		msgs = append(msgs, v1alpha1.ImageRepositoryMessage)
+	}
+	if c := s.Storage.StorageClassName; c != nil && *c != "" && !dnsSubdomain.MatchString(*c) {
+		msgs = append(msgs, v1alpha1.StorageClassNameMessage)
+	}
+	if s.PriorityClassName != "" && !dnsSubdomain.MatchString(s.PriorityClassName) {
+		msgs = append(msgs, v1alpha1.PriorityClassNameMessage)
 	}
 	if releaseVersion.MatchString(s.Version) && !supportedMinor.MatchString(s.Version) {
 		msgs = append(msgs, "etcd-pilot runs etcd 3.5, 3.6 and 3.7; pick a version of one of those minors (for example 3.6.16)")
@@ -462,10 +490,18 @@ func checkSpec(s v1alpha1.EtcdClusterSpec) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// checkExtraArgs refuses what admission refuses, for objects stored before a rule existed.
-func checkExtraArgs(args map[string]string) error {
-	var owned, typed, unknown []string
-	for k := range args {
+// checkExtraArgs refuses what admission refuses, for objects stored before a rule existed:
+// flags owned by etcd-pilot, flags with typed fields, unknown flags, and values that are not
+// printable ASCII or too long (a line break in a value started a second flag).
+func checkExtraArgs(args map[string]v1alpha1.EtcdFlagValue) error {
+	var owned, typed, unknown, badValues []string
+	for k, v := range args {
+		switch {
+		case len(v) > v1alpha1.EtcdFlagValueMaxLength:
+			badValues = append(badValues, fmt.Sprintf("spec.etcd.extraArgs[%s]: may not be longer than %d characters", k, v1alpha1.EtcdFlagValueMaxLength))
+		case !etcdFlagValue.MatchString(string(v)):
+			badValues = append(badValues, fmt.Sprintf("spec.etcd.extraArgs[%s]: %s", k, v1alpha1.EtcdFlagValueMessage))
+		}
 		switch {
 		case slices.Contains(v1alpha1.OwnedEtcdFlags, k):
 			owned = append(owned, k)
@@ -488,10 +524,50 @@ func checkExtraArgs(args map[string]string) error {
 		sort.Strings(unknown)
 		msgs = append(msgs, "unknown etcd flags: "+strings.Join(unknown, ", "))
 	}
+	sort.Strings(badValues)
+	switch {
+	case len(msgs) == 0 && len(badValues) == 0:
+		return nil
+	case len(msgs) == 0:
+		return errors.New(strings.Join(badValues, "; "))
+	}
+	return fmt.Errorf("spec.etcd.extraArgs sets %s; remove them%s", strings.Join(msgs, "; "), strings.Join(append([]string{""}, badValues...), "; "))
+}
+
+// checkChartValueStrings holds the keys of v1alpha1.CheckedChartValues in overrides to their
+// patterns, as admission does, for objects stored before the rules existed. A null is not
+// checked: it deletes the key, and the chart's default applies.
+func checkChartValueStrings(overrides map[string]any) error {
+	var msgs []string
+	for _, c := range v1alpha1.CheckedChartValues {
+		v, ok := lookupPath(overrides, c.Path)
+		if !ok || v == nil {
+			continue
+		}
+		s, isString := v.(string)
+		if !isString || len(s) > c.MaxLength || !checkedPatterns[c.Path].MatchString(s) {
+			msgs = append(msgs, c.Message())
+		}
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("spec.etcd.extraArgs sets %s; remove them", strings.Join(msgs, "; "))
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// lookupPath returns the value at a dotted path of nested maps.
+func lookupPath(m map[string]any, path string) (any, bool) {
+	var cur any = m
+	for _, p := range strings.Split(path, ".") {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = mm[p]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
 }
 
 // checkGuarded refuses the keys of v1alpha1.GuardedChartValues in overrides, whatever their

@@ -43,7 +43,7 @@ func FuzzComputeChartValues(f *testing.F) {
 			c.Spec.Chart.Values = &runtime.RawExtension{Raw: []byte(raw)}
 		}
 		if flag != "" {
-			c.Spec.Etcd.ExtraArgs = map[string]string{flag: "v"}
+			c.Spec.Etcd.ExtraArgs = map[string]v1alpha1.EtcdFlagValue{flag: "v"}
 		}
 		out, err := values.Compute(c, values.DefaultOperator())
 		if err != nil {

@@ -160,28 +160,28 @@ func TestMerge(t *testing.T) {
 func TestTypedRefusesExtraArgs(t *testing.T) {
 	tests := []struct {
 		name      string
-		args      map[string]string
+		args      map[string]v1alpha1.EtcdFlagValue
 		wantNames []string // each must appear in the error
 		notNamed  string   // an allowed flag that must not appear
 	}{{
 		name:      "owned",
-		args:      map[string]string{"data-dir": "/tmp", "initial-cluster": "x=http://x"},
+		args:      map[string]v1alpha1.EtcdFlagValue{"data-dir": "/tmp", "initial-cluster": "x=http://x"},
 		wantNames: []string{"owned by etcd-pilot", "data-dir", "initial-cluster"},
 	}, {
 		name:      "unsafe",
-		args:      map[string]string{"force-new-cluster": "true", "unsafe-no-fsync": "true"},
+		args:      map[string]v1alpha1.EtcdFlagValue{"force-new-cluster": "true", "unsafe-no-fsync": "true"},
 		wantNames: []string{"owned by etcd-pilot", "force-new-cluster", "unsafe-no-fsync"},
 	}, {
 		name:      "typed",
-		args:      map[string]string{"quota-backend-bytes": "1", "heartbeat-interval": "100"},
+		args:      map[string]v1alpha1.EtcdFlagValue{"quota-backend-bytes": "1", "heartbeat-interval": "100"},
 		wantNames: []string{"typed fields", "quota-backend-bytes", "heartbeat-interval"},
 	}, {
 		name:      "unknown",
-		args:      map[string]string{"no-such-flag": "1", "--log-level": "debug"},
+		args:      map[string]v1alpha1.EtcdFlagValue{"no-such-flag": "1", "--log-level": "debug"},
 		wantNames: []string{"unknown", "no-such-flag", "--log-level"},
 	}, {
 		name:      "all three kinds at once, allowed ones not named",
-		args:      map[string]string{"name": "x", "snapshot-count": "1", "bogus": "1", "log-level": "debug"},
+		args:      map[string]v1alpha1.EtcdFlagValue{"name": "x", "snapshot-count": "1", "bogus": "1", "log-level": "debug"},
 		wantNames: []string{"name", "snapshot-count", "bogus"},
 		notNamed:  "log-level",
 	}}
@@ -210,12 +210,12 @@ func TestTypedRefusesExtraArgs(t *testing.T) {
 
 	t.Run("allowed flags pass", func(t *testing.T) {
 		c := &v1alpha1.EtcdCluster{}
-		c.Spec.Etcd.ExtraArgs = map[string]string{"log-level": "debug", "max-request-bytes": "1048576", "experimental-initial-corrupt-check": "true"}
+		c.Spec.Etcd.ExtraArgs = map[string]v1alpha1.EtcdFlagValue{"log-level": "debug", "max-request-bytes": "1048576", "experimental-initial-corrupt-check": "true"}
 		v, err := values.Typed(c, values.DefaultOperator())
 		if err != nil {
 			t.Fatalf("Typed: %v", err)
 		}
-		if !reflect.DeepEqual(v.Etcd.ExtraArgs, c.Spec.Etcd.ExtraArgs) {
+		if want := map[string]string{"log-level": "debug", "max-request-bytes": "1048576", "experimental-initial-corrupt-check": "true"}; !reflect.DeepEqual(v.Etcd.ExtraArgs, want) {
 			t.Errorf("extraArgs = %v, want %v", v.Etcd.ExtraArgs, c.Spec.Etcd.ExtraArgs)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -159,8 +160,8 @@ func FuzzDesiredAdmissible(f *testing.F) {
 		case 2:
 			spec.Etcd.AutoCompactionMode, spec.Etcd.AutoCompactionRetention = v1alpha1.AutoCompactionRevision, "1000"
 		}
-		if isAllowedFlag(flag) {
-			spec.Etcd.ExtraArgs = map[string]string{flag: flagValue}
+		if isAllowedFlag(flag) && flagValueAdmitted.MatchString(flagValue) && len(flagValue) <= v1alpha1.EtcdFlagValueMaxLength {
+			spec.Etcd.ExtraArgs = map[string]v1alpha1.EtcdFlagValue{flag: v1alpha1.EtcdFlagValue(flagValue)}
 		}
 		if labelKey != "" {
 			spec.PodLabels = map[string]string{labelKey: labelValue}
@@ -191,6 +192,9 @@ func FuzzDesiredAdmissible(f *testing.F) {
 		checkObjects(t, c, objs)
 	})
 }
+
+// flagValueAdmitted is what admission admits as an extraArgs value.
+var flagValueAdmitted = regexp.MustCompile(v1alpha1.EtcdFlagValuePattern)
 
 func isAllowedFlag(k string) bool {
 	for _, a := range v1alpha1.AllowedEtcdFlags {
