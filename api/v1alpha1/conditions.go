@@ -62,8 +62,10 @@ const (
 	// ReasonInvalidSpec : the spec cannot be turned into a valid render.
 	ReasonInvalidSpec = "InvalidSpec"
 	// ReasonChartContractBroken : the chart (spec.chart.source) or spec.chart.patches render
-	// objects without what the operator relies on; the message lists every missing term.
-	// Nothing of the render is applied until it is fixed.
+	// objects without what the operator relies on, or etcd arguments it refuses (an unsafe
+	// flag, a flag given twice, a control character, less TLS than the spec asks); the
+	// message lists every broken term, naming the flag and the argument. Nothing of the
+	// render is applied until it is fixed.
 	ReasonChartContractBroken = "ChartContractBroken"
 	// ReasonPodSecurityViolation : a pod the render would run (after spec.chart.patches,
 	// whatever the chart) is outside the Pod Security level the operator holds renders to

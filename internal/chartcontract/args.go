@@ -25,18 +25,29 @@ func ParseEtcdArgs(words ...[]string) EtcdArgs {
 	a := EtcdArgs{values: map[string]string{}}
 	for _, ws := range words {
 		for _, w := range ws {
-			if !strings.HasPrefix(w, "-") || w == "-" || w == "--" {
-				continue
-			}
-			name, value, ok := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(w, "-"), "-"), "=")
+			name, value, ok := flagOf(w)
 			if !ok {
-				value = "true"
+				continue
 			}
 			a.values[name] = value
 			a.names = append(a.names, name)
 		}
 	}
 	return a
+}
+
+// flagOf reads one word of a command line as etcd's flag package does: "-name=value" and
+// "--name=value" set flag name to value, a bare "-name" or "--name" is a boolean set to
+// true. ok is false for a word that is not a flag (the binary's name, "-", "--").
+func flagOf(w string) (name, value string, ok bool) {
+	if !strings.HasPrefix(w, "-") || w == "-" || w == "--" {
+		return "", "", false
+	}
+	name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(w, "-"), "-"), "=")
+	if !hasValue {
+		value = "true"
+	}
+	return name, value, true
 }
 
 // EtcdContainerArgs parses the etcd container of a pod spec; ok is false when it has none.

@@ -36,6 +36,14 @@ type Contract struct {
 	// Reserved are "Kind/name" of objects the operator writes itself (the membership
 	// ConfigMap, its Secrets): a render may not hold them.
 	Reserved []string
+	// ClientCertAuth: the values ask the client port to refuse clients without a
+	// certificate, so the etcd container must set --client-cert-auth=true. ClientTLSOnly:
+	// the client port serves TLS only, so every client listener must be https.
+	ClientCertAuth, ClientTLSOnly bool
+	// PeerCertAuth: a peer listener serves TLS, so the etcd container must set
+	// --peer-client-cert-auth=true. PeerTLSOnly: the peer side serves TLS only (no switch
+	// between plain and TLS runs), so every peer listener must be https.
+	PeerCertAuth, PeerTLSOnly bool
 }
 
 // DataMount and DataDir are where the etcd container must keep its data: a restore writes
@@ -228,6 +236,7 @@ func checkStatefulSet(sts *unstructured.Unstructured, c Contract, services map[s
 func checkEtcdContainer(etcd map[string]any, c Contract, where string, add func(string, ...any)) {
 	args, _, _ := unstructured.NestedStringSlice(etcd, "args")
 	cmd, _, _ := unstructured.NestedStringSlice(etcd, "command")
+	checkEtcdFlags(cmd, args, c, where, add)
 	flags := ParseEtcdArgs(cmd, args)
 	required := []struct{ name, value string }{{"name", "$(POD_NAME)"}, {"data-dir", DataDir}, {"listen-peer-urls", ""}, {"initial-advertise-peer-urls", ""}, {"advertise-client-urls", ""}}
 	if c.Token != "" {
@@ -242,7 +251,8 @@ func checkEtcdContainer(etcd map[string]any, c Contract, where string, add func(
 	if c.MembershipConfigMap == "" {
 		return
 	}
-	for _, f := range []string{"initial-cluster", "initial-cluster-state", "force-new-cluster"} {
+	// force-new-cluster is refused with the unsafe flags (checkEtcdFlags), membership or not.
+	for _, f := range []string{"initial-cluster", "initial-cluster-state", "discovery", "discovery-srv", "discovery-endpoints"} {
 		if flags.Has(f) {
 			add("%s: the etcd container may not set --%s: the operator forms the cluster and adds members through the membership ConfigMap", where, f)
 		}

@@ -83,7 +83,7 @@ func DesiredFromValues(r *charts.Renderer, c *v1alpha1.EtcdCluster, vals map[str
 		l[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByValue
 		o.SetLabels(l)
 	}
-	if err := chartcontract.Check(objs, ContractOf(c)); err != nil {
+	if err := chartcontract.Check(objs, withTLSOf(ContractOf(c), vals)); err != nil {
 		return nil, err
 	}
 	if err := podsecurity.Check(objs, level); err != nil {
