@@ -162,6 +162,9 @@ var connectParams = grpc.ConnectParams{
 }
 
 // Dial is the Dialer backed by clientv3.
+// MaxAnswerBytes bounds every message the operator receives from etcd.
+const MaxAnswerBytes = 8 << 20
+
 func Dial(_ context.Context, endpoints []string, tlsConfig *tls.Config) (Client, error) {
 	return dial(endpoints, tlsConfig, nil)
 }
@@ -216,6 +219,10 @@ func dial(endpoints []string, tlsConfig *tls.Config, resolve Resolver) (Client, 
 		TLS:                  tlsConfig,
 		Logger:               zap.NewNop(),
 		DialOptions:          dialOptions,
+		// A member pod runs the image its tenant names: no answer of it may grow the
+		// operator's memory without bound. The operator's calls get small answers (member
+		// lists, statuses, alarms, users); snapshots stream in chunks well below this.
+		MaxCallRecvMsgSize: MaxAnswerBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to dial etcd at %v: %w", endpoints, err)
