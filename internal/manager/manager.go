@@ -70,6 +70,11 @@ type Options struct {
 	// SkipNameValidation lets tests build more than one manager in a process (controller
 	// names are otherwise unique per process, for their metrics).
 	SkipNameValidation bool
+	// ChartBudget bounds what a chart of spec.chart.source may cost: its archive's size, and
+	// the memory and time of its render, which runs in a child process (charts.Sandbox).
+	// Zero limits take charts.Budget's defaults; the child is the operator's own executable
+	// unless Command says otherwise (a test binary that calls charts.ServeIfSandbox).
+	ChartBudget charts.Budget
 }
 
 // Scheme returns a scheme with the built-in kinds and etcd-pilot's.
@@ -159,18 +164,19 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("failed to create a discovery client: %w", err)
 	}
 	r := &controllers.EtcdClusterReconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Scheme:      scheme,
-		Renderer:    renderer,
-		Discovery:   disco,
-		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
-		DialEtcd:    clients.Dial,
-		ForgetEtcd:  clients.Forget,
-		EtcdTimeout: o.EtcdTimeout,
-		AfterStep:   o.AfterStep,
-		AgentImage:  o.AgentImage,
-		Operator:    o.Operator,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Scheme:       scheme,
+		Renderer:     renderer,
+		Discovery:    disco,
+		ChartSandbox: charts.NewSandbox(o.ChartBudget),
+		Recorder:     mgr.GetEventRecorder(controllers.FieldOwner),
+		DialEtcd:     clients.Dial,
+		ForgetEtcd:   clients.Forget,
+		EtcdTimeout:  o.EtcdTimeout,
+		AfterStep:    o.AfterStep,
+		AgentImage:   o.AgentImage,
+		Operator:     o.Operator,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
