@@ -129,6 +129,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	chartArchive := quantityFlag{resource.NewQuantity(charts.DefaultArchiveBytes, resource.BinarySI)}
 	fs.Var(chartArchive, "chart-archive-size", "size of the packaged chart of spec.chart.source (a ConfigMap's key, a registry's layer): a larger one is refused before it is read (ChartTooExpensive)")
 	fs.IntVar(&o.ChartBudget.Parallel, "chart-render-parallel", 1, "renders of charts of spec.chart.source run at once (each in a child process that may take --chart-render-memory)")
+	fs.DurationVar(&o.StuckPassAfter, "stuck-pass-timeout", manager.DefaultStuckPassAfter, "/healthz fails when a pass has run this long (an EtcdBackup's pass: --backup-timeout longer), so that the kubelet restarts an operator whose workers are stuck (negative: never)")
 	memLimit := fs.Int64("memory-limit", envInt64("MEMORY_LIMIT"), "the container's memory limit in bytes (default $MEMORY_LIMIT, which the Deployment sets from limits.memory): the Go runtime keeps its memory to 60 % of it, collecting garbage sooner as the heap nears it (GOMEMLIMIT, when set, wins; 0: no limit)")
 	var op operatorFlags
 	op.bind(fs, os.Getenv("POD_NAMESPACE"), "$POD_NAMESPACE")

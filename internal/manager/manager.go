@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -75,6 +76,10 @@ type Options struct {
 	// Zero limits take charts.Budget's defaults; the child is the operator's own executable
 	// unless Command says otherwise (a test binary that calls charts.ServeIfSandbox).
 	ChartBudget charts.Budget
+	// StuckPassAfter is how long a pass may run before /healthz fails, so that the kubelet
+	// restarts an operator whose workers are stuck (an EtcdBackup's pass, which streams a
+	// snapshot, BackupTimeout longer). DefaultStuckPassAfter when 0; negative: never.
+	StuckPassAfter time.Duration
 }
 
 // Scheme returns a scheme with the built-in kinds and etcd-pilot's.
@@ -198,6 +203,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("failed to add health check: %w", err)
+	}
+	if o.StuckPassAfter >= 0 {
+		after := o.StuckPassAfter
+		if after == 0 {
+			after = DefaultStuckPassAfter
+		}
+		backup := o.BackupTimeout
+		if backup <= 0 {
+			backup = controllers.DefaultBackupTimeout
+		}
+		bounds := map[string]time.Duration{controllers.ControllerName: after, controllers.BackupControllerName: backup + after}
+		if err := mgr.AddHealthzCheck("passes", stuckPasses(ctrlmetrics.Registry, bounds)); err != nil {
+			return nil, fmt.Errorf("failed to add the stuck pass check: %w", err)
+		}
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("failed to add ready check: %w", err)
