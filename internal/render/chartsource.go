@@ -2,7 +2,9 @@ package render
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,8 +154,9 @@ func (s *Sources) get(name types.NamespacedName, key string, caps func() (*chart
 	if err != nil {
 		return nil, err
 	}
-	// Capabilities read anew build anew: a CRD installed since reaches the chart.
-	key = fmt.Sprintf("%s caps=%p", key, cs)
+	// Other capabilities build anew: a CRD installed since reaches the chart. Equal ones read
+	// again do not: a chart in a sandbox costs a process to load and one per render.
+	key = fmt.Sprintf("%s caps=%s", key, capabilitiesKey(cs))
 	s.mu.Lock()
 	now := s.clock()
 	if e, ok := s.entries[name]; ok && e.key == key {
@@ -175,6 +178,19 @@ func (s *Sources) get(name types.NamespacedName, key string, caps func() (*chart
 	}
 	s.entries[name] = chartSourceEntry{key: key, renderer: rend, err: err, used: s.clock()}
 	return rend, err
+}
+
+// capabilitiesKey is a hash of caps ("none" for nil).
+func capabilitiesKey(caps *charts.Capabilities) string {
+	if caps == nil {
+		return "none"
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", caps.KubeVersion)
+	for _, v := range caps.APIVersions {
+		fmt.Fprintf(h, "%s\x00", v)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // For returns the Renderer of c's chart: the operator's own unless spec.chart.source

@@ -140,3 +140,25 @@ func TestARenderAboveTheBudgetIsChartTooExpensive(t *testing.T) {
 		})
 	}
 }
+
+// TestEqualCapabilitiesReadAgainKeepTheChart: the capabilities are read again every ten
+// minutes; equal ones keep the chart's Renderer (a chart in a sandbox costs a process to load
+// and one per render missing the cache), other ones (a CRD installed since) build anew.
+func TestEqualCapabilitiesReadAgainKeepTheChart(t *testing.T) {
+	s := &Sources{}
+	builds := 0
+	build := func(*charts.Capabilities) (*charts.Renderer, error) { builds++; return &charts.Renderer{}, nil }
+	name := ktypes.NamespacedName{Namespace: "ns", Name: "chart"}
+	for i, caps := range []*charts.Capabilities{
+		{KubeVersion: "v1.31.0", APIVersions: []string{"apps/v1"}},
+		{KubeVersion: "v1.31.0", APIVersions: []string{"apps/v1"}},
+		{KubeVersion: "v1.31.0", APIVersions: []string{"apps/v1", "example.com/v1"}},
+	} {
+		if _, err := s.get(name, "cm@1", func() (*charts.Capabilities, error) { return caps, nil }, build); err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{1, 1, 2}[i]; builds != want {
+			t.Fatalf("after read %d of the capabilities: %d builds, want %d", i+1, builds, want)
+		}
+	}
+}
