@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -50,6 +51,9 @@ type Renderer struct {
 	bare   *chart.Chart // chart and its subcharts without their values schemas: schema checks values
 	schema *chartSchema
 	caps   *chartutil.Capabilities // nil: Helm's defaults, as `helm template` without a cluster
+	// sandbox, when set, is a chart from outside the binary: chart, bare and schema are nil
+	// and every render runs in a sandbox (Sandbox.FromArchive).
+	sandbox *sandboxed
 
 	mu    sync.Mutex
 	max   int
@@ -63,7 +67,16 @@ type Renderer struct {
 type cacheEntry struct {
 	key     [sha256.Size]byte
 	objects [][]byte
+	// err is a render that exceeded the budget, kept until retryAt: the same chart and values
+	// exceed it again, and each try would cost the whole budget. A render that was slow only
+	// because the operator's node was busy is tried again after that.
+	err     error
+	retryAt time.Time
 }
+
+// budgetRetry is how long a render that exceeded its budget is not tried again for the same
+// values.
+const budgetRetry = 10 * time.Minute
 
 // Embedded returns a Renderer for the chart compiled into the binary.
 func Embedded() (*Renderer, error) {
@@ -107,8 +120,13 @@ func FromFS(fsys fs.FS) (*Renderer, error) {
 	return newRenderer(c), nil
 }
 
-// FromArchive returns a Renderer for a packaged chart (the .tgz `helm package` writes).
+// FromArchive returns a Renderer for a packaged chart (the .tgz `helm package` writes), which
+// renders in this process; the archive is held to the default Budget's sizes first. A chart
+// from outside the operator renders through Sandbox.FromArchive.
 func FromArchive(data []byte) (*Renderer, error) {
+	if err := CheckArchive(data, Budget{}); err != nil {
+		return nil, err
+	}
 	c, err := loader.LoadArchive(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("failed to load the chart archive: %w", err)
@@ -130,6 +148,10 @@ func (r *Renderer) WithCapabilities(caps Capabilities) (*Renderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse Kubernetes version %q: %w", caps.KubeVersion, err)
 	}
+	if r.sandbox != nil {
+		r.sandbox.caps = &Capabilities{KubeVersion: caps.KubeVersion, APIVersions: append([]string(nil), caps.APIVersions...)}
+		return r, nil
+	}
 	c := chartutil.DefaultCapabilities.Copy()
 	c.KubeVersion = *kv
 	c.APIVersions = append(chartutil.VersionSet{}, caps.APIVersions...)
@@ -137,8 +159,13 @@ func (r *Renderer) WithCapabilities(caps Capabilities) (*Renderer, error) {
 	return r, nil
 }
 
+// newRenderer returns a Renderer of c; nil for a sandboxed chart, which the caller sets.
 func newRenderer(c *chart.Chart) *Renderer {
-	return &Renderer{chart: c, bare: withoutSchemas(c), schema: newChartSchema(c), max: DefaultCacheSize, lru: list.New(), index: map[[sha256.Size]byte]*list.Element{}}
+	r := &Renderer{chart: c, max: DefaultCacheSize, lru: list.New(), index: map[[sha256.Size]byte]*list.Element{}}
+	if c != nil {
+		r.bare, r.schema = withoutSchemas(c), newChartSchema(c)
+	}
+	return r
 }
 
 // withoutSchemas returns a copy of c whose chart and subcharts have no values schema (the
@@ -156,24 +183,44 @@ func withoutSchemas(c *chart.Chart) *chart.Chart {
 
 // Chart returns the chart's name and version, for labels and logs.
 func (r *Renderer) Chart() (name, version string) {
+	if r.sandbox != nil {
+		return r.sandbox.name, r.sandbox.version
+	}
 	return r.chart.Metadata.Name, r.chart.Metadata.Version
 }
 
-// DefaultValues returns a copy of the chart's values.yaml.
+// DefaultValues returns a copy of the chart's values.yaml; nil for a chart that renders in a
+// sandbox (the operator does not read a tenant's chart itself).
 func (r *Renderer) DefaultValues() map[string]any {
+	if r.sandbox != nil {
+		return nil
+	}
 	return chartutil.Values(r.chart.Values).AsMap()
 }
 
 // Render renders the chart for a release with values coalesced over the chart's defaults and
 // checked against values.schema.json. The objects come out in Helm's install order (then by
-// name), without NOTES.txt. Each call returns fresh copies the caller may change.
+// name), without NOTES.txt. Each call returns fresh copies the caller may change. A chart from
+// a Sandbox renders in a child process within its Budget; a render that exceeds it (a
+// BudgetError) is not tried again for the same values for a while.
 func (r *Renderer) Render(rel Release, values map[string]any) ([]*unstructured.Unstructured, error) {
 	key, err := cacheKey(rel, values)
 	if err != nil {
 		return nil, err
 	}
-	if objs, ok := r.cached(key); ok {
-		return objs, nil
+	if objs, hit, err := r.cached(key); hit {
+		return objs, err
+	}
+	if r.sandbox != nil {
+		raw, err := r.sandbox.render(rel, values)
+		if err != nil {
+			if IsBudgetError(err) {
+				r.keep(&cacheEntry{key: key, err: err, retryAt: time.Now().Add(budgetRetry)})
+			}
+			return nil, err
+		}
+		r.keep(&cacheEntry{key: key, objects: raw})
+		return decodeObjects(raw)
 	}
 	objs, err := r.render(rel, values)
 	if err != nil {
@@ -281,24 +328,30 @@ func cacheKey(rel Release, values map[string]any) ([sha256.Size]byte, error) {
 	return k, nil
 }
 
-func (r *Renderer) cached(key [sha256.Size]byte) ([]*unstructured.Unstructured, bool) {
+// cached returns the render kept for key, or the budget error kept for it until its retryAt.
+func (r *Renderer) cached(key [sha256.Size]byte) (objs []*unstructured.Unstructured, hit bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	el, ok := r.index[key]
 	if !ok {
-		return nil, false
+		return nil, false, nil
+	}
+	e := el.Value.(*cacheEntry)
+	if e.err != nil {
+		if time.Now().Before(e.retryAt) {
+			r.lru.MoveToFront(el)
+			return nil, true, e.err
+		}
+		r.lru.Remove(el)
+		delete(r.index, key)
+		return nil, false, nil
 	}
 	r.lru.MoveToFront(el)
-	raw := el.Value.(*cacheEntry).objects
-	out := make([]*unstructured.Unstructured, 0, len(raw))
-	for _, js := range raw {
-		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(js, nil, nil)
-		if err != nil {
-			return nil, false // cannot happen: the JSON was encoded from an object; render again
-		}
-		out = append(out, obj.(*unstructured.Unstructured))
+	out, err := decodeObjects(e.objects)
+	if err != nil {
+		return nil, false, nil // cannot happen: the JSON was encoded from an object; render again
 	}
-	return out, true
+	return out, true, nil
 }
 
 func (r *Renderer) store(key [sha256.Size]byte, objs []*unstructured.Unstructured) error {
@@ -310,18 +363,24 @@ func (r *Renderer) store(key [sha256.Size]byte, objs []*unstructured.Unstructure
 		}
 		raw = append(raw, js)
 	}
+	r.keep(&cacheEntry{key: key, objects: raw})
+	return nil
+}
+
+// keep caches e, in place of an entry of the same key, dropping the least recently used
+// entries above the cache's size.
+func (r *Renderer) keep(e *cacheEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.index[key]; ok {
-		return nil
+	if el, ok := r.index[e.key]; ok {
+		r.lru.Remove(el)
 	}
-	r.index[key] = r.lru.PushFront(&cacheEntry{key: key, objects: raw})
+	r.index[e.key] = r.lru.PushFront(e)
 	for r.lru.Len() > r.max {
 		last := r.lru.Back()
 		r.lru.Remove(last)
 		delete(r.index, last.Value.(*cacheEntry).key)
 	}
-	return nil
 }
 
 // copyValues deep-copies values the way `helm template -f values.yaml` reads them (through

@@ -119,3 +119,42 @@ func TestSchemaReferencesAreHeldToTheOutboundPolicy(t *testing.T) {
 		t.Fatalf("with loopback allowed: %v (fetched %d times)", err, fetched.Load())
 	}
 }
+
+// TestASandboxedSchemaIsHeldToTheOperatorsPolicy: a tenant's chart renders in a sandbox,
+// which reads the chart's values schema: the URLs it refers to are fetched under the policy
+// the operator gave the renderer, not under whatever the child would assume.
+func TestASandboxedSchemaIsHeldToTheOperatorsPolicy(t *testing.T) {
+	var fetched atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fetched.Add(1)
+		fmt.Fprint(w, `{"type": "object"}`)
+	}))
+	defer srv.Close()
+	schema := `{"type": "object", "properties": {"extra": {"$ref": "` + srv.URL + `/schema.json"}}}`
+	archive := testutil.PackageChart(t, charts.ChartDir, "etcd-cluster", map[string][]byte{"values.schema.json": []byte(schema)})
+	sb, _ := testSandbox(t, charts.Budget{})
+	emb, err := charts.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := emb.DefaultValues()
+	rel := charts.Release{Name: "etcd", Namespace: "ns"}
+
+	r, err := sb.FromArchive(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.WithEgress(nil).Render(rel, vals); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("a sandboxed schema referring to loopback under the default policy: %v", err)
+	}
+	if n := fetched.Load(); n != 0 {
+		t.Fatalf("the schema server was asked %d times", n)
+	}
+	r, err = sb.FromArchive(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.WithEgress(localRegistry(t)).Render(rel, vals); err != nil || fetched.Load() == 0 {
+		t.Fatalf("with loopback allowed: %v (fetched %d times)", err, fetched.Load())
+	}
+}

@@ -182,5 +182,9 @@ func (r *Renderer) WithEgress(p *egress.Policy) *Renderer {
 	if r.schema != nil {
 		r.schema.setEgress(p)
 	}
+	if r.sandbox != nil {
+		// The schema is read in the sandbox: it gets the policy as flags.
+		r.sandbox.egress = p.Args()
+	}
 	return r
 }

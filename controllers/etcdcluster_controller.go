@@ -111,7 +111,10 @@ type EtcdClusterReconciler struct {
 	// Discovery reads the cluster's version and API versions, which charts from
 	// spec.chart.source see as .Capabilities; Helm's defaults when nil.
 	Discovery discovery.DiscoveryInterface
-	sources   render.Sources
+	// ChartSandbox renders the charts of spec.chart.source within a memory and time budget,
+	// in child processes; nil renders them in the operator's process.
+	ChartSandbox *charts.Sandbox
+	sources      render.Sources
 	// AfterStep, when set, is called after every step the executor carried out, with the
 	// step's kind. Tests of crash safety use it to stop the operator between two steps.
 	AfterStep func(kind string)
@@ -163,6 +166,7 @@ func (r *EtcdClusterReconciler) init() {
 		}
 		r.sources.Embedded, r.sources.Reader, r.sources.Discovery, r.sources.Recorder = r.Renderer, r.apiReader(), r.Discovery, r.Recorder
 		r.sources.Egress = r.Egress
+		r.sources.Sandbox = r.ChartSandbox
 		r.exec = &execute.Executor{
 			Client: r.Client, APIReader: r.apiReader(), Scheme: r.Scheme, Recorder: r.Recorder, Dial: r.DialEtcd,
 			EtcdTimeout: r.EtcdTimeout, AgentImage: r.AgentImage, Operator: r.Operator, OpenS3: r.OpenS3, AfterStep: r.AfterStep,

@@ -73,6 +73,12 @@ const (
 	// token or another ServiceAccount than the render's own; the message names each object,
 	// container and field. Nothing of the render is applied; what runs keeps running.
 	ReasonPodSecurityViolation = "PodSecurityViolation"
+	// ReasonChartTooExpensive : the chart of spec.chart.source exceeds the operator's budget
+	// for a tenant's chart: its archive's size (packed, unpacked, files; a registry's layer),
+	// or the memory or time of its render, or the size of what it renders. The message names
+	// the limit and the operator flag that sets it. Nothing is applied and the render is not
+	// tried again for the same chart and values for a while; the other clusters are not held up.
+	ReasonChartTooExpensive = "ChartTooExpensive"
 	// ReasonTLSNotReady : spec.tls cannot be served yet: a Secret the user provides is missing
 	// or invalid, the CA Secret cannot be read, or (source CertManager) cert-manager is not
 	// installed or has not written a valid Secret for a Certificate yet. Nothing is applied
@@ -314,6 +320,7 @@ var ReasonEffects = map[string]Effect{
 	ReasonAuthStillEnabled:    EffectDegrades,
 	// The render waits for the user to fix spec.chart (or the admin to relax the level).
 	ReasonPodSecurityViolation: EffectDegrades,
+	ReasonChartTooExpensive:    EffectDegrades,
 }
 
 // Stalls says, for every reason that degrades, whether it also stalls (Stalled=True, kstatus
@@ -349,6 +356,8 @@ var Stalls = map[string]bool{
 	ReasonAuthStillEnabled: true,
 	// Nothing is applied until spec.chart changes.
 	ReasonPodSecurityViolation: true,
+	// The chart or its values must get cheaper, or the operator's admin raise the limit.
+	ReasonChartTooExpensive: true,
 
 	// An upgrade waits for its backup, which failed: delete the EtcdBackup to take it again.
 	// A scheduled backup that failed for good stalls too until a newer one succeeds.

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -64,6 +65,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var err error
 	switch args[0] {
+	case charts.SandboxArg:
+		// Not in the usage: the operator starts it to render a tenant's chart within a budget.
+		return charts.RunSandbox(args[1:], stdin, stdout, stderr)
 	case "manager":
 		err = runManager(ctx, args[1:], stderr)
 	case "render":
@@ -121,6 +125,13 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "address of net/http/pprof's endpoints, for heap and CPU profiles (\"0\" disables them)")
 	qps := fs.Float64("kube-api-qps", 50, "requests per second the operator may send to the API server (client-side limit; a new cluster costs about nine)")
 	fs.IntVar(&o.Burst, "kube-api-burst", 100, "requests the operator may send at once above --kube-api-qps")
+	chartMemory := quantityFlag{resource.NewQuantity(charts.DefaultRenderMemory, resource.BinarySI)}
+	fs.Var(chartMemory, "chart-render-memory", "memory a chart of spec.chart.source may take to render (a child process of the operator; in its container's memory, --chart-render-parallel times): a render that needs more is refused (ChartTooExpensive)")
+	fs.DurationVar(&o.ChartBudget.Time, "chart-render-timeout", charts.DefaultRenderTime, "time a render of a chart of spec.chart.source may take: one that takes longer is stopped and refused (ChartTooExpensive)")
+	chartArchive := quantityFlag{resource.NewQuantity(charts.DefaultArchiveBytes, resource.BinarySI)}
+	fs.Var(chartArchive, "chart-archive-size", "size of the packaged chart of spec.chart.source (a ConfigMap's key, a registry's layer): a larger one is refused before it is read (ChartTooExpensive)")
+	fs.IntVar(&o.ChartBudget.Parallel, "chart-render-parallel", 1, "renders of charts of spec.chart.source run at once (each in a child process that may take --chart-render-memory)")
+	fs.DurationVar(&o.StuckPassAfter, "stuck-pass-timeout", manager.DefaultStuckPassAfter, "/healthz fails when a pass has run this long (an EtcdBackup's pass: --backup-timeout longer), so that the kubelet restarts an operator whose workers are stuck (negative: never)")
 	memLimit := fs.Int64("memory-limit", envInt64("MEMORY_LIMIT"), "the container's memory limit in bytes (default $MEMORY_LIMIT, which the Deployment sets from limits.memory): the Go runtime keeps its memory to 60 % of it, collecting garbage sooner as the heap nears it (GOMEMLIMIT, when set, wins; 0: no limit)")
 	var op operatorFlags
 	op.bind(fs, os.Getenv("POD_NAMESPACE"), "$POD_NAMESPACE")
@@ -134,6 +145,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 	o.QPS = float32(*qps)
+	o.ChartBudget.Memory, o.ChartBudget.Archive = chartMemory.Value(), chartArchive.Value()
 	if l := setMemoryLimit(*memLimit); l > 0 {
 		ctrl.Log.Info("keeping the Go runtime's memory below 60 % of the container's limit", "limitBytes", *memLimit, "softLimitBytes", l)
 	}
@@ -216,6 +228,21 @@ func (f *operatorFlags) operator() (values.Operator, error) {
 		op.PodLabels = l
 	}
 	return op, nil
+}
+
+// quantityFlag is a size in bytes, given as a Kubernetes quantity (64Mi, 1048576).
+type quantityFlag struct{ *resource.Quantity }
+
+func (q quantityFlag) Set(v string) error {
+	p, err := resource.ParseQuantity(v)
+	if err != nil {
+		return fmt.Errorf("failed to parse quantity %q: %w", v, err)
+	}
+	if p.Sign() <= 0 {
+		return fmt.Errorf("%q is not a positive size", v)
+	}
+	*q.Quantity = p
+	return nil
 }
 
 // stringList is a repeatable string flag.

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -75,6 +76,15 @@ type Options struct {
 	// SkipNameValidation lets tests build more than one manager in a process (controller
 	// names are otherwise unique per process, for their metrics).
 	SkipNameValidation bool
+	// ChartBudget bounds what a chart of spec.chart.source may cost: its archive's size, and
+	// the memory and time of its render, which runs in a child process (charts.Sandbox).
+	// Zero limits take charts.Budget's defaults; the child is the operator's own executable
+	// unless Command says otherwise (a test binary that calls charts.ServeIfSandbox).
+	ChartBudget charts.Budget
+	// StuckPassAfter is how long a pass may run before /healthz fails, so that the kubelet
+	// restarts an operator whose workers are stuck (an EtcdBackup's pass, which streams a
+	// snapshot, BackupTimeout longer). DefaultStuckPassAfter when 0; negative: never.
+	StuckPassAfter time.Duration
 }
 
 // Scheme returns a scheme with the built-in kinds and etcd-pilot's.
@@ -164,19 +174,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("failed to create a discovery client: %w", err)
 	}
 	r := &controllers.EtcdClusterReconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Scheme:      scheme,
-		Renderer:    renderer,
-		Discovery:   disco,
-		Recorder:    mgr.GetEventRecorder(controllers.FieldOwner),
-		DialEtcd:    clients.Dial,
-		ForgetEtcd:  clients.Forget,
-		EtcdTimeout: o.EtcdTimeout,
-		AfterStep:   o.AfterStep,
-		AgentImage:  o.AgentImage,
-		Operator:    o.Operator,
-		Egress:      o.Egress,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Scheme:       scheme,
+		Renderer:     renderer,
+		Discovery:    disco,
+		ChartSandbox: charts.NewSandbox(o.ChartBudget),
+		Recorder:     mgr.GetEventRecorder(controllers.FieldOwner),
+		DialEtcd:     clients.Dial,
+		ForgetEtcd:   clients.Forget,
+		EtcdTimeout:  o.EtcdTimeout,
+		AfterStep:    o.AfterStep,
+		AgentImage:   o.AgentImage,
+		Operator:     o.Operator,
+		Egress:       o.Egress,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the EtcdCluster controller: %w", err)
@@ -199,6 +210,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("failed to add health check: %w", err)
+	}
+	if o.StuckPassAfter >= 0 {
+		after := o.StuckPassAfter
+		if after == 0 {
+			after = DefaultStuckPassAfter
+		}
+		backup := o.BackupTimeout
+		if backup <= 0 {
+			backup = controllers.DefaultBackupTimeout
+		}
+		bounds := map[string]time.Duration{controllers.ControllerName: after, controllers.BackupControllerName: backup + after}
+		if err := mgr.AddHealthzCheck("passes", stuckPasses(ctrlmetrics.Registry, bounds)); err != nil {
+			return nil, fmt.Errorf("failed to add the stuck pass check: %w", err)
+		}
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("failed to add ready check: %w", err)

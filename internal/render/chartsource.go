@@ -2,7 +2,9 @@ package render
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,13 +28,30 @@ import (
 
 // ChartSourceError is a spec.chart.source that cannot be rendered: the ConfigMap or its key
 // is missing, or the archive is not a chart. It is reported in Degraded like an invalid spec.
-type ChartSourceError struct{ msg string }
+type ChartSourceError struct {
+	msg string
+	err error // what it wraps, if anything (a *charts.BudgetError)
+}
 
 func (e *ChartSourceError) Error() string { return e.msg }
 
+func (e *ChartSourceError) Unwrap() error { return e.err }
+
+// IsChartSourceError reports whether err is about spec.chart.source: a chart that cannot be
+// read, exceeds the render budget (IsChartTooExpensive), or a render sandbox that could not
+// run. Neither the ConfigMap nor the registry is watched: the operator looks again after a
+// while.
 func IsChartSourceError(err error) bool {
 	var ce *ChartSourceError
-	return errors.As(err, &ce)
+	var se *charts.SandboxError
+	return errors.As(err, &ce) || IsChartTooExpensive(err) || errors.As(err, &se)
+}
+
+// IsChartTooExpensive reports whether err is a chart from spec.chart.source that exceeds the
+// operator's render budget (its archive's size, the memory or time of its render, the size of
+// what it renders): Degraded, reason ChartTooExpensive, until the chart or its values change.
+func IsChartTooExpensive(err error) bool {
+	return charts.IsBudgetError(err)
 }
 
 // Sources caches the Renderers of charts read from ConfigMaps, by ConfigMap UID and
@@ -54,6 +73,10 @@ type Sources struct {
 	// Egress is the outbound policy registries and the URLs a chart's schema refers to are
 	// held to (egress.Default when nil).
 	Egress *egress.Policy
+	// Sandbox, when set, renders the charts of spec.chart.source in child processes within
+	// its budget, and bounds their archives and registries' answers; nil renders them in this
+	// process (etcd-pilot render, tests).
+	Sandbox *charts.Sandbox
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]chartSourceEntry
@@ -79,7 +102,10 @@ const chartSourceIdle = 10 * time.Minute
 type chartSourceEntry struct {
 	key      string // what the Renderer was built from; another key builds anew
 	renderer *charts.Renderer
-	used     time.Time
+	// err is a chart that exceeded the budget when built from key: the same ConfigMap version
+	// or registry version exceeds it again, and is not read or pulled again.
+	err  error
+	used time.Time
 }
 
 func (s *Sources) clock() time.Time {
@@ -125,36 +151,53 @@ func (s *Sources) sweepLocked(now time.Time) {
 }
 
 // get returns the Renderer cached for name when it was built from key, else builds one with
-// the cluster's capabilities and caches it. A failed build is not cached.
+// the cluster's capabilities and caches it. A failed build is not cached, but for a chart
+// that exceeds the budget.
 func (s *Sources) get(name types.NamespacedName, key string, caps func() (*charts.Capabilities, error), build func(*charts.Capabilities) (*charts.Renderer, error)) (*charts.Renderer, error) {
 	cs, err := caps()
 	if err != nil {
 		return nil, err
 	}
-	// Capabilities read anew build anew: a CRD installed since reaches the chart.
-	key = fmt.Sprintf("%s caps=%p", key, cs)
+	// Other capabilities build anew: a CRD installed since reaches the chart. Equal ones read
+	// again do not: a chart in a sandbox costs a process to load and one per render.
+	key = fmt.Sprintf("%s caps=%s", key, capabilitiesKey(cs))
 	s.mu.Lock()
 	now := s.clock()
 	if e, ok := s.entries[name]; ok && e.key == key {
 		e.used = now
 		s.entries[name] = e
 		s.mu.Unlock()
-		return e.renderer, nil
+		return e.renderer, e.err
 	}
 	s.sweepLocked(now)
 	s.mu.Unlock()
 	rend, err := build(cs)
-	if err != nil {
+	if err != nil && !IsChartTooExpensive(err) {
 		return nil, err
 	}
-	rend.WithEgress(s.Egress)
+	if rend != nil {
+		rend.WithEgress(s.Egress)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.entries == nil {
 		s.entries = map[types.NamespacedName]chartSourceEntry{}
 	}
-	s.entries[name] = chartSourceEntry{key: key, renderer: rend, used: s.clock()}
-	return rend, nil
+	s.entries[name] = chartSourceEntry{key: key, renderer: rend, err: err, used: s.clock()}
+	return rend, err
+}
+
+// capabilitiesKey is a hash of caps ("none" for nil).
+func capabilitiesKey(caps *charts.Capabilities) string {
+	if caps == nil {
+		return "none"
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", caps.KubeVersion)
+	for _, v := range caps.APIVersions {
+		fmt.Fprintf(h, "%s\x00", v)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // For returns the Renderer of c's chart: the operator's own unless spec.chart.source
@@ -185,7 +228,7 @@ func (s *Sources) For(ctx context.Context, c *v1alpha1.EtcdCluster) (*charts.Ren
 		if err != nil {
 			return nil, err
 		}
-		return chartFromConfigMap(cm, key, caps)
+		return chartFromConfigMap(cm, key, caps, s.Sandbox)
 	})
 }
 
@@ -198,6 +241,9 @@ func (s *Sources) ociRenderer(ctx context.Context, c *v1alpha1.EtcdCluster) (*ch
 		return nil, err
 	}
 	opts.Egress = s.Egress
+	if s.Sandbox != nil {
+		opts.MaxBytes = s.Sandbox.Budget().Archive
+	}
 	key := fmt.Sprintf("%s:%s plain=%t secret=%s@%s", o.Repository, o.Version, o.PlainHTTP, o.PullSecret, secretVersion)
 	// By the whole key: clusters of a namespace on different versions keep one each.
 	name := types.NamespacedName{Namespace: c.Namespace, Name: "oci:" + key}
@@ -220,23 +266,33 @@ func (s *Sources) ociRenderer(ctx context.Context, c *v1alpha1.EtcdCluster) (*ch
 				s.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ChartPulled", "PullChart", "Pulled chart %s version %s", o.Repository, o.Version)
 			}
 		}
-		return rendererWith(archive, caps)
+		return rendererWith(archive, caps, s.Sandbox)
 	})
 }
 
 func pullOCI(o *v1alpha1.OCIChartSource, opts charts.OCIOptions) ([]byte, error) {
 	archive, _, err := charts.PullOCI(o.Repository, o.Version, opts)
 	if err != nil {
-		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source.oci: %v", err)}
+		return nil, &ChartSourceError{msg: fmt.Sprintf("spec.chart.source.oci: %v", err), err: err}
 	}
 	return archive, nil
 }
 
-// rendererWith is a Renderer of the packaged chart with caps (nil: Helm's defaults).
-func rendererWith(archive []byte, caps *charts.Capabilities) (*charts.Renderer, error) {
-	rend, err := charts.FromArchive(archive)
+// fromArchive is a Renderer of the packaged chart: in sb's sandboxes, or in this process
+// when sb is nil.
+func fromArchive(archive []byte, sb *charts.Sandbox) (*charts.Renderer, error) {
+	if sb != nil {
+		return sb.FromArchive(archive)
+	}
+	return charts.FromArchive(archive)
+}
+
+// rendererWith is a Renderer of the packaged chart with caps (nil: Helm's defaults), rendering
+// in sb's sandboxes (nil: in this process).
+func rendererWith(archive []byte, caps *charts.Capabilities, sb *charts.Sandbox) (*charts.Renderer, error) {
+	rend, err := fromArchive(archive, sb)
 	if err != nil {
-		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source: %v", err)}
+		return nil, &ChartSourceError{msg: fmt.Sprintf("spec.chart.source: %v", err), err: err}
 	}
 	if caps != nil {
 		return rend.WithCapabilities(*caps)
@@ -256,14 +312,14 @@ func ociOptions(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdClust
 	name := types.NamespacedName{Namespace: c.Namespace, Name: o.PullSecret}
 	if err := reader.Get(ctx, name, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return opts, "", &ChartSourceError{fmt.Sprintf("spec.chart.source.oci.pullSecret: Secret %s not found (create it with kubectl create secret docker-registry)", name)}
+			return opts, "", &ChartSourceError{msg: fmt.Sprintf("spec.chart.source.oci.pullSecret: Secret %s not found (create it with kubectl create secret docker-registry)", name)}
 		}
 		return opts, "", fmt.Errorf("failed to get pull Secret %s: %w", name, err)
 	}
 	host := strings.SplitN(strings.TrimPrefix(o.Repository, "oci://"), "/", 2)[0]
 	user, pass, ok := dockerConfigLogin(sec.Data[corev1.DockerConfigJsonKey], host)
 	if !ok {
-		return opts, "", &ChartSourceError{fmt.Sprintf("spec.chart.source.oci.pullSecret: Secret %s has no login (username and password, or auth) for %s in %s; identity tokens are not supported", name, host, corev1.DockerConfigJsonKey)}
+		return opts, "", &ChartSourceError{msg: fmt.Sprintf("spec.chart.source.oci.pullSecret: Secret %s has no login (username and password, or auth) for %s in %s; identity tokens are not supported", name, host, corev1.DockerConfigJsonKey)}
 	}
 	opts.Username, opts.Password = user, pass
 	return opts, sec.ResourceVersion, nil
@@ -332,13 +388,13 @@ func chartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryIn
 		if err != nil {
 			return nil, err
 		}
-		return rendererWith(archive, caps)
+		return rendererWith(archive, caps, nil)
 	}
 	cm, key, err := chartConfigMap(ctx, reader, c)
 	if err != nil {
 		return nil, err
 	}
-	return chartFromConfigMap(cm, key, caps)
+	return chartFromConfigMap(cm, key, caps, nil)
 }
 
 func chartConfigMap(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster) (*corev1.ConfigMap, string, error) {
@@ -362,10 +418,12 @@ func configMapMissing(name types.NamespacedName, key string) error {
 	if key == "" {
 		key = "chart.tgz"
 	}
-	return &ChartSourceError{fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s not found; create it with the packaged chart under binaryData key %s (kubectl create configmap %s --from-file=%s=CHART.tgz)", name, key, name.Name, key)}
+	return &ChartSourceError{msg: fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s not found; create it with the packaged chart under binaryData key %s (kubectl create configmap %s --from-file=%s=CHART.tgz)", name, key, name.Name, key)}
 }
 
-func chartFromConfigMap(cm *corev1.ConfigMap, key string, caps *charts.Capabilities) (*charts.Renderer, error) {
+// chartFromConfigMap is a Renderer of the chart in cm's binaryData key, rendering in sb's
+// sandboxes (nil: in this process).
+func chartFromConfigMap(cm *corev1.ConfigMap, key string, caps *charts.Capabilities, sb *charts.Sandbox) (*charts.Renderer, error) {
 	name := cm.Namespace + "/" + cm.Name
 	data, ok := cm.BinaryData[key]
 	if !ok {
@@ -374,11 +432,11 @@ func chartFromConfigMap(cm *corev1.ConfigMap, key string, caps *charts.Capabilit
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s has no binaryData key %s (it has %v); the packaged chart goes there", name, key, keys)}
+		return nil, &ChartSourceError{msg: fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s has no binaryData key %s (it has %v); the packaged chart goes there", name, key, keys)}
 	}
-	rend, err := charts.FromArchive(data)
+	rend, err := fromArchive(data, sb)
 	if err != nil {
-		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s key %s: %v", name, key, err)}
+		return nil, &ChartSourceError{msg: fmt.Sprintf("spec.chart.source.configMap: ConfigMap %s key %s: %v", name, key, err), err: err}
 	}
 	if caps != nil {
 		return rend.WithCapabilities(*caps)
@@ -400,7 +458,7 @@ func (s *Sources) capabilities() (*charts.Capabilities, error) {
 	}
 	caps, err := readCapabilities(s.Discovery)
 	if err != nil {
-		return nil, &ChartSourceError{fmt.Sprintf("spec.chart.source: %v (the chart sees them as .Capabilities)", err)}
+		return nil, &ChartSourceError{msg: fmt.Sprintf("spec.chart.source: %v (the chart sees them as .Capabilities)", err)}
 	}
 	s.caps, s.capsAt = caps, time.Now()
 	return caps, nil

@@ -13,6 +13,7 @@ import (
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
@@ -107,6 +108,11 @@ func TestKstatusReadsTheClusterAsTheOperatorMeansIt(t *testing.T) {
 				o.SpecErr = &render.TLSError{Msg: "Secret ns/peer (spec.tls.peer.secretName) does not exist"}
 			}),
 			want: kstatus.FailedStatus, reason: v1alpha1.ReasonTLSNotReady},
+		{name: "the chart of spec.chart.source exceeds the render budget", observed: true,
+			o: with(func(o *observe.Observation) {
+				o.SpecErr = fmt.Errorf("the chart refused the values computed from the spec: %w", &charts.BudgetError{Limit: charts.LimitMemory, Value: "128 MiB"})
+			}),
+			want: kstatus.FailedStatus, reason: v1alpha1.ReasonChartTooExpensive},
 		{name: "cert-manager has not issued a Secret yet", observed: true,
 			o: with(func(o *observe.Observation) {
 				o.SpecErr = &render.TLSError{Msg: "Secret ns/etcd-peer-tls does not exist yet", Waits: true}

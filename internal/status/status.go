@@ -387,8 +387,8 @@ func quorate(o etcd.Observed) bool {
 	return voters > 0 && answering >= plan.Quorum(voters)
 }
 
-// specErrReason is VersionRefused for a version the running cluster cannot move to, else
-// InvalidSpec.
+// specErrReason is VersionRefused for a version the running cluster cannot move to,
+// TLSNotReady, ChartTooExpensive or ChartContractBroken for those errors, else InvalidSpec.
 func specErrReason(err error) string {
 	var ve *values.VersionError
 	if errors.As(err, &ve) {
@@ -396,6 +396,9 @@ func specErrReason(err error) string {
 	}
 	if render.IsTLSError(err) {
 		return v1alpha1.ReasonTLSNotReady
+	}
+	if render.IsChartTooExpensive(err) {
+		return v1alpha1.ReasonChartTooExpensive
 	}
 	var ce *chartcontract.Error
 	if errors.As(err, &ce) {
