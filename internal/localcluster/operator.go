@@ -50,13 +50,20 @@ type operator struct {
 	extra    []string        // KEY=VALUE added by StartOperator
 }
 
+// DefaultExtraSANsArg is the operator argument the local cluster adds before
+// Options.OperatorArgs: members reach each other's peer port from 127.0.0.1.
+const DefaultExtraSANsArg = "--default-extra-sans=127.0.0.1"
+
 // installOperator applies config/default with kubectl, as a user installs the operator (with
 // Options.OperatorArgs added to the manager's args), and waits until one of its pods is Ready.
 func (c *Cluster) installOperator(ctx context.Context) error {
 	kubectl := filepath.Join(c.opts.Binaries.Kube, "kubectl")
 	dir := filepath.Join(c.opts.Binaries.Root, "config", "default")
+	// Members dial each other from 127.0.0.1 here (process nodes share the host's network):
+	// the certificates of a cluster that gets TLS by default name it too.
+	args := append([]string{DefaultExtraSANsArg}, c.opts.OperatorArgs...)
 	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", dir)
-	if len(c.opts.OperatorArgs) > 0 {
+	if len(args) > 0 {
 		build := exec.CommandContext(ctx, kubectl, "kustomize", dir)
 		var stderr bytes.Buffer
 		build.Stderr = &stderr
@@ -64,7 +71,7 @@ func (c *Cluster) installOperator(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("failed to build config/default (kubectl kustomize): %w: %s", err, strings.TrimSpace(stderr.String()))
 		}
-		if manifest, err = withOperatorArgs(manifest, c.opts.OperatorArgs); err != nil {
+		if manifest, err = withOperatorArgs(manifest, args); err != nil {
 			return err
 		}
 		cmd = exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
