@@ -168,4 +168,3 @@ func TestInsecureIsAVisibleChoice(t *testing.T) {
 		t.Errorf("the CRD has no Security column of .status.security that kubectl get prints by default")
 	}
 }
-
