@@ -16,9 +16,14 @@ import (
 	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
+	"github.com/etcd-pilot/etcd-pilot/internal/execute"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // createRaw creates EtcdCluster etcd as a user writes it, without the test fixture's
@@ -166,5 +171,34 @@ func TestInsecureIsAVisibleChoice(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the CRD has no Security column of .status.security that kubectl get prints by default")
+	}
+}
+
+// TestTheEffectiveSpecIsNeverWrittenBack: the executor's record on the EtcdCluster (here the
+// membership intent) writes its annotation and nothing of the effective spec the pass acts
+// on, and leaves the pass's copy effective (the API server answers with the stored spec).
+func TestTheEffectiveSpecIsNeverWrittenBack(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	createRaw(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Annotations = map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
+		c.Spec.Paused = true // the executor below is the only writer
+	})
+	// The manager's pass is over once it wrote the status; a paused cluster then sees no writes.
+	waitCondition(t, ns, v1alpha1.ConditionInsecureTransport, "False/"+v1alpha1.ReasonTLS)
+	c := values.Effective(getCluster(t, ns), values.DefaultOperator())
+	x := &execute.Executor{Client: env.Client, Scheme: env.Client.Scheme(), Recorder: events.NewFakeRecorder(10)}
+	if err := x.SetIntent(ctx, c, &plan.Intent{Op: plan.IntentAdd, Member: "etcd-3"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.TLS == nil || c.Spec.NetworkPolicy == nil {
+		t.Errorf("the pass's copy lost its effective spec: tls %+v, networkPolicy %+v", c.Spec.TLS, c.Spec.NetworkPolicy)
+	}
+	stored := getCluster(t, ns)
+	if stored.Spec.TLS != nil || stored.Spec.NetworkPolicy != nil {
+		t.Errorf("the effective spec was written: tls %+v, networkPolicy %+v", stored.Spec.TLS, stored.Spec.NetworkPolicy)
+	}
+	if stored.Annotations[observe.IntentAnnotation] == "" || stored.ResourceVersion != c.ResourceVersion {
+		t.Errorf("the intent was not recorded (%v), or the pass's copy has not its metadata (%s, stored %s)", stored.Annotations, c.ResourceVersion, stored.ResourceVersion)
 	}
 }
