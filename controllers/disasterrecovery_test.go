@@ -65,6 +65,7 @@ func formedCluster(t *testing.T, h *restoreHarness) *drHarness {
 		return d.fake, nil
 	}
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "etcd"}}
+	c.Spec.Insecure = true // about disaster recovery, not TLS
 	c.Spec.Replicas = ptr.To(int32(3))
 	c.Spec.DisasterRecovery = v1alpha1.DisasterRecoverySpec{Policy: v1alpha1.DisasterRecoveryFromLatestBackup, After: &metav1.Duration{Duration: time.Second}}
 	if err := h.env.Client.Create(h.ctx(), c); err != nil {

@@ -144,6 +144,8 @@ func (r *EtcdBackupReconciler) take(ctx context.Context, before, b *v1alpha1.Etc
 		return r.pending(b, now, v1alpha1.ReasonClusterNotFound,
 			fmt.Sprintf("EtcdCluster %s/%s does not exist", b.Namespace, b.Spec.ClusterName))
 	}
+	// The cluster as its own controller acts on it: TLS under secure defaults (read only).
+	c = values.Effective(c, r.Operator)
 	dest := b.Spec.Destination
 	if dest == nil && c.Spec.Backup != nil {
 		dest = &c.Spec.Backup.Destination

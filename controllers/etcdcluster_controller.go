@@ -238,12 +238,19 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerName) {
 		patch := client.MergeFrom(c.DeepCopy())
 		controllerutil.AddFinalizer(c, v1alpha1.FinalizerName)
+		// First seen: the cluster is created under secure defaults. A cluster that has the
+		// finalizer without the marker was created before them and keeps what it has.
+		values.MarkSecureDefaults(c)
 		if err := r.Client.Patch(ctx, c, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to add finalizer to EtcdCluster %s: %w", req, err)
 		}
 		// The pass goes on: a finalizer change passes none of the event filters, and nothing is
 		// created before the finalizer is stored.
 	}
+	// From here on the pass acts on the effective spec (the secure defaults filled in). Its
+	// spec is never written back: the status goes through the status subresource, and the
+	// executor's metadata patches carry only the metadata they change (execute.setRecord).
+	c = values.Effective(c, r.Operator)
 
 	before := c.DeepCopy()
 	// One pass, one read of the StatefulSet and of the member pods (see observe.Pass).

@@ -31,6 +31,9 @@ const timeout = 30 * time.Second
 func newCluster(t testing.TB, ns string, mutate func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
 	t.Helper()
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns}}
+	// Plain unless the test asks for TLS: most tests are about other things, and envtest has
+	// no etcd to speak TLS to (the secure default has tests of its own, secure_test.go).
+	c.Spec.Insecure = true
 	if mutate != nil {
 		mutate(c)
 	}

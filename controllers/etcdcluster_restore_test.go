@@ -171,6 +171,7 @@ func testRestoreUnsupportedVersionPair(t *testing.T, h *restoreHarness) {
 // exists: the restore pods, which run under the same policy, would be refused it.
 func testRestoreRefusedEndpoint(t *testing.T, h *restoreHarness) {
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "etcd"}}
+	c.Spec.Insecure = true // about the outbound policy, not TLS
 	s3 := h.s3()
 	s3.Endpoint = "https://169.254.169.254"
 	c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{S3: *s3, Key: h.key(), EtcdVersion: "3.6.16"}}
@@ -389,6 +390,7 @@ func (h *restoreHarness) createCredentials(t *testing.T) {
 func (h *restoreHarness) createCluster(t *testing.T, version string) {
 	t.Helper()
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "etcd"}}
+	c.Spec.Insecure = true // about restores, not TLS
 	c.Spec.Version = version
 	c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.BackupReference{Name: restoreBackup}}
 	if err := h.env.Client.Create(h.ctx(), c); err != nil {

@@ -101,6 +101,7 @@ metadata:
   name: etcd
   namespace: %s
 spec:
+  insecure: true
   podAnnotations: {new: "1"}
   chart:
     values: {storage: {claimLabels: {tier: silver}}}

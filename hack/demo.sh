@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, on one machine: start the local Kubernetes (pods run as local processes),
-# run the operator, create the sample 3-member EtcdCluster, wait until it is Available,
-# write and read a key through the cluster, upgrade it to etcd 3.7.3 (followers first, the
+# run the operator, create the sample 3-member EtcdCluster (TLS with client certificates and
+# a NetworkPolicy, the secure default), wait until it is Available, write and read a key
+# through the cluster with a client certificate signed by the cluster's CA, upgrade it to etcd 3.7.3 (followers first, the
 # leader last after a hand-over) and read the key again, back it up onto a claim and restore
 # that backup into a new cluster, print the members and how long each step took, then shut
 # everything down. KEEP=1 keeps the cluster running (stop it with
@@ -52,14 +53,36 @@ grep "ready" "$log"
 step "start the local cluster"
 
 x() { "$local_bin" exec --dir "$dir" -- "$@"; }
+certs=$(mkdir -p "$dir/certs" && cd "$dir/certs" && pwd)
+# client_cert CLUSTER: a client certificate for the demo, signed with the CA the operator keeps
+# for the cluster (<name>-ca): a cluster is secure by default (TLS with client-certificate
+# authentication), so etcdctl needs one. The CA's key is used here and removed.
+client_cert() {
+  local d="$certs/$1"
+  mkdir -p "$d"
+  x kubectl get secret "$1-ca" -n "$ns" -o jsonpath='{.data.tls\.crt}' | base64 -d >"$d/ca.crt"
+  x kubectl get secret "$1-ca" -n "$ns" -o jsonpath='{.data.tls\.key}' | base64 -d >"$d/ca.key"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=demo-client" \
+    -keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
+  openssl x509 -req -in "$d/client.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 1 \
+    -extfile <(printf 'extendedKeyUsage=clientAuth\n') -out "$d/client.crt" 2>/dev/null
+  rm -f "$d/ca.key" "$d/client.csr"
+}
+# etcdctl_of CLUSTER ARGS...: etcdctl with the demo's client certificate for CLUSTER.
+etcdctl_of() {
+  local d="$certs/$1"
+  shift
+  x etcdctl --cacert "$d/ca.crt" --cert "$d/client.crt" --key "$d/client.key" "$@"
+}
 x kubectl apply -f "$sample" >/dev/null
 x kubectl wait --for=condition=Available --timeout=180s "etcdcluster/$name" -n "$ns" >/dev/null
-step "apply $sample, wait for Available"
+client_cert "$name"
+step "apply $sample (TLS by default), wait for Available"
 
 eps=$(x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{range .status.members[*]}{.clientURL}{","}{end}')
 eps=${eps%,}
-x etcdctl --endpoints "$eps" put /demo/greeting "hello from etcd-pilot" >/dev/null
-value=$(x etcdctl --endpoints "$eps" get /demo/greeting --print-value-only)
+etcdctl_of "$name" --endpoints "$eps" put /demo/greeting "hello from etcd-pilot" >/dev/null
+value=$(etcdctl_of "$name" --endpoints "$eps" get /demo/greeting --print-value-only)
 [ "$value" = "hello from etcd-pilot" ] || { echo "read back '$value'"; exit 1; }
 step "write and read /demo/greeting"
 
@@ -73,7 +96,7 @@ until [ "$(x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{.status.curr
   sleep 0.5
 done
 changes_after=$(x kubectl get etcdcluster "$name" -n "$ns" -o jsonpath='{.status.leaderChanges}')
-value=$(x etcdctl --endpoints "$eps" get /demo/greeting --print-value-only)
+value=$(etcdctl_of "$name" --endpoints "$eps" get /demo/greeting --print-value-only)
 [ "$value" = "hello from etcd-pilot" ] || { echo "read back '$value' after the upgrade"; exit 1; }
 step "upgrade to etcd 3.7.3, read /demo/greeting again"
 
@@ -107,9 +130,10 @@ spec:
 EOF
 x kubectl apply -f "$dir/restored.yaml" >/dev/null
 x kubectl wait --for=condition=Available --timeout=180s "etcdcluster/$name-restored" -n "$ns" >/dev/null
+client_cert "$name-restored"
 reps=$(x kubectl get etcdcluster "$name-restored" -n "$ns" -o jsonpath='{range .status.members[*]}{.clientURL}{","}{end}')
 reps=${reps%,}
-restored=$(x etcdctl --endpoints "$reps" get /demo/greeting --print-value-only)
+restored=$(etcdctl_of "$name-restored" --endpoints "$reps" get /demo/greeting --print-value-only)
 [ "$restored" = "hello from etcd-pilot" ] || { echo "read back '$restored' from the restored cluster"; exit 1; }
 step "back up onto a claim, restore into $name-restored, read it"
 

@@ -14,6 +14,10 @@ const (
 	ConditionReady = "Ready"
 	// ConditionEphemeralStorage is True while members keep their data in emptyDir volumes.
 	ConditionEphemeralStorage = "EphemeralStorage"
+	// ConditionInsecureTransport is True while the spec leaves the peer or the client side
+	// in plain HTTP (status.security Plain or Partial). It is information, not a fault:
+	// Ready does not depend on it.
+	ConditionInsecureTransport = "InsecureTransport"
 )
 
 // The conditions kstatus reads (sigs.k8s.io/cli-utils/pkg/kstatus, the library behind kpt,
@@ -118,7 +122,40 @@ const (
 	ReasonEmptyDir = "EmptyDirVolumes"
 	// ReasonPersistentVolumes : members keep their data on PersistentVolumeClaims.
 	ReasonPersistentVolumes = "PersistentVolumes"
+
+	// ReasonInsecureByChoice : spec.insecure is set, or spec.tls leaves a side plain.
+	ReasonInsecureByChoice = "InsecureByChoice"
+	// ReasonCreatedBeforeSecureDefaults : the cluster was created before the operator made
+	// TLS the default (it carries no AnnotationDefaults) and has no spec.tls: it keeps plain
+	// HTTP, as it was created.
+	ReasonCreatedBeforeSecureDefaults = "CreatedBeforeSecureDefaults"
+	// ReasonTLS : both sides use TLS.
+	ReasonTLS = "TLS"
 )
+
+// SecurityMode is what the spec asks of the transport (status.security).
+// +kubebuilder:validation:Enum=TLS;Partial;Plain
+type SecurityMode string
+
+const (
+	// SecurityTLS : peer and client TLS.
+	SecurityTLS SecurityMode = "TLS"
+	// SecurityPartial : TLS on one side only.
+	SecurityPartial SecurityMode = "Partial"
+	// SecurityPlain : plain HTTP on both sides.
+	SecurityPlain SecurityMode = "Plain"
+)
+
+// AnnotationDefaults marks an EtcdCluster the operator first saw under secure defaults: it
+// adds it, with the value DefaultsSecure, in the same write as the finalizer. A cluster with
+// the annotation and without spec.insecure gets peer and client TLS and the NetworkPolicy
+// where its spec leaves them out; a cluster without it (created before secure defaults, so
+// its finalizer was added without it) keeps plain HTTP and no NetworkPolicy, as it was
+// created, with no restart. Setting it by hand only makes a cluster more secure.
+const AnnotationDefaults = "etcdpilot.io/defaults"
+
+// DefaultsSecure is AnnotationDefaults' value for secure defaults.
+const DefaultsSecure = "secure"
 
 // FinalizerName is the finalizer etcd-pilot puts on every EtcdCluster.
 const FinalizerName = "etcdpilot.io/finalizer"

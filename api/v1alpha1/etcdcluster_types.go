@@ -133,9 +133,20 @@ type EtcdClusterSpec struct {
 	// +optional
 	DisasterRecovery DisasterRecoverySpec `json:"disasterRecovery,omitempty"`
 
-	// TLS secures the peer and client traffic. Absent: plain HTTP.
+	// TLS secures the peer and client traffic. Absent: a cluster created under secure
+	// defaults (see AnnotationDefaults) gets peer and client TLS with client-certificate
+	// authentication, certificates from the operator (source Operator on both sides), unless
+	// Insecure is set; a cluster created before them, or with Insecure, speaks plain HTTP.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Insecure opts out of the secure defaults, explicitly: without spec.tls the members serve
+	// plain HTTP on the client and peer ports, to any pod that reaches them and without
+	// authentication, and without spec.networkPolicy no NetworkPolicy is rendered. spec.tls and
+	// spec.networkPolicy, when set, still apply. status.security and the InsecureTransport
+	// condition show the choice.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
 
 	// Auth turns on etcd's authentication. It needs tls.client with clientCertAuth: the
 	// operator authenticates by its client certificate, and passwords never cross the
@@ -146,7 +157,9 @@ type EtcdClusterSpec struct {
 	// NetworkPolicy renders a NetworkPolicy for the member pods: peer traffic only between
 	// the members, the client port for the operator, its backup pods and the clients named
 	// here, the metrics port for the scrapers named here. It needs a network plugin that
-	// enforces NetworkPolicy.
+	// enforces NetworkPolicy. Absent: a cluster created under secure defaults gets it enabled
+	// (no further clients), unless Insecure is set; a cluster created before them, or with
+	// Insecure, gets none.
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 }
@@ -532,7 +545,7 @@ type EtcdClusterStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Available, Progressing, Degraded, and Ready as their summary; Reconciling
-	// and Stalled as kstatus reads them; EphemeralStorage and BackupReady where they apply.
+	// and Stalled as kstatus reads them; EphemeralStorage, InsecureTransport and BackupReady where they apply.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -632,6 +645,12 @@ type EtcdClusterStatus struct {
 	// +optional
 	CARotation string `json:"caRotation,omitempty"`
 
+	// Security says what the spec asks of the transport: TLS (peer and client TLS), Partial
+	// (one side only) or Plain (neither). The InsecureTransport condition says why, and how to
+	// turn TLS on.
+	// +optional
+	Security SecurityMode `json:"security,omitempty"`
+
 	// TLSTransition says where a switch of the client side between plain and TLS stands;
 	// absent when none runs.
 	// +optional
@@ -683,6 +702,7 @@ type UpgradeStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.targetVersion`,priority=1
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`
+// +kubebuilder:printcolumn:name="Security",type=string,JSONPath=`.status.security`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

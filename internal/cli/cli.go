@@ -200,6 +200,7 @@ type operatorFlags struct {
 	namespace   string
 	podLabels   string
 	podSecurity string
+	extraSANs   string
 }
 
 // bindPodSecurity binds --pod-security-level (manager and render; values renders no pods).
@@ -212,6 +213,7 @@ func (f *operatorFlags) bindPodSecurity(fs *flag.FlagSet) {
 func (f *operatorFlags) bind(fs *flag.FlagSet, defaultNamespace, namespaceDoc string) {
 	fs.StringVar(&f.namespace, "operator-namespace", defaultNamespace, "namespace of the operator's pods, which a cluster's NetworkPolicy admits to the members (default "+namespaceDoc+")")
 	fs.StringVar(&f.podLabels, "operator-pod-labels", values.DefaultOperatorPodLabels, "labels of the operator's pods, as k=v,k2=v2 (config/manager/manager.yaml's), which a cluster's NetworkPolicy admits to the members")
+	fs.StringVar(&f.extraSANs, "default-extra-sans", "", "comma-separated DNS names or IP addresses the member certificates of a cluster that gets TLS by default (no spec.tls) carry besides their own, for example 127.0.0.1 where members dial each other through the loopback address")
 }
 
 func (f *operatorFlags) operator() (values.Operator, error) {
@@ -226,6 +228,11 @@ func (f *operatorFlags) operator() (values.Operator, error) {
 			return values.Operator{}, fmt.Errorf("failed to parse --operator-pod-labels %q: %w", f.podLabels, err)
 		}
 		op.PodLabels = l
+	}
+	for _, san := range strings.Split(f.extraSANs, ",") {
+		if san = strings.TrimSpace(san); san != "" {
+			op.DefaultExtraSANs = append(op.DefaultExtraSANs, san)
+		}
 	}
 	return op, nil
 }
@@ -278,11 +285,18 @@ func (in *inputFlags) load(stdin io.Reader) (*v1alpha1.EtcdCluster, map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
+	op, err := in.operator.operator()
+	if err != nil {
+		return nil, nil, err
+	}
+	// What the operator acts on: the secure defaults filled in.
+	c = values.Effective(c, op)
 	vals, err := in.values(c)
 	return c, vals, err
 }
 
-// values computes c's chart values with the extra values merged last.
+// values computes c's chart values with the extra values merged last. c is the effective
+// spec (values.Effective).
 func (in *inputFlags) values(c *v1alpha1.EtcdCluster) (map[string]any, error) {
 	op, err := in.operator.operator()
 	if err != nil {
@@ -342,6 +356,11 @@ func ReadCluster(path string, r io.Reader) (*v1alpha1.EtcdCluster, error) {
 	}
 	if c.Namespace == "" {
 		c.Namespace = "default"
+	}
+	if c.UID == "" {
+		// Not read from a cluster: a new object, which the operator creates under secure
+		// defaults (values.Effective).
+		values.MarkSecureDefaults(c)
 	}
 	return c, nil
 }

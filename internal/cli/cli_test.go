@@ -36,9 +36,31 @@ func TestRenderSamplePrintsTheTopology(t *testing.T) {
 			t.Errorf("%s has owner references, but the sample has no uid", o.GetName())
 		}
 	}
-	want := "PodDisruptionBudget/demo ServiceAccount/demo Service/demo-client Service/demo StatefulSet/demo"
+	// A file without a uid is a new cluster: secure defaults, so a NetworkPolicy and TLS.
+	want := "NetworkPolicy/demo PodDisruptionBudget/demo ServiceAccount/demo Service/demo-client Service/demo StatefulSet/demo"
 	if got := strings.Join(kinds, " "); got != want {
 		t.Fatalf("render printed %s, want %s", got, want)
+	}
+	for _, flag := range []string{"--client-cert-auth=true", "--peer-client-cert-auth=true", "--listen-client-urls=https://"} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("the sample renders without %s: it is not secure by default", flag)
+		}
+	}
+}
+
+// TestRenderInsecureIsPlain: spec.insecure renders plain HTTP and no NetworkPolicy.
+func TestRenderInsecureIsPlain(t *testing.T) {
+	b, err := os.ReadFile(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := strings.Replace(string(b), "spec:\n", "spec:\n  insecure: true\n", 1)
+	out, errOut, code := run(t, in, "render", "-f", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "kind: NetworkPolicy") || strings.Contains(out, "https://") {
+		t.Errorf("spec.insecure renders a NetworkPolicy or TLS:\n%s", out)
 	}
 }
 

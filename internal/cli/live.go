@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/charts"
@@ -21,6 +22,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/podsecurity"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // liveFlags make render read the cluster: the live EtcdCluster (its UID gives the cluster
@@ -77,6 +79,11 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 		// The file's spec over the live object's identity and status: what the operator
 		// applies once the file is applied.
 		c.UID, c.Generation, c.ResourceVersion, c.Status = stored.UID, stored.Generation, stored.ResourceVersion, stored.Status
+		// Created under secure defaults or before them: the stored object says.
+		delete(c.Annotations, v1alpha1.AnnotationDefaults)
+		if values.SecureDefaults(stored) {
+			values.MarkSecureDefaults(c)
+		}
 	} else {
 		if l.name == "" {
 			return nil, errors.New("--live needs --name (and --namespace), or -f with the manifest")
@@ -86,6 +93,15 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 		}
 		c = stored
 	}
+	if !controllerutil.ContainsFinalizer(stored, v1alpha1.FinalizerName) {
+		// The operator has not seen it yet: it marks it when it does.
+		values.MarkSecureDefaults(c)
+	}
+	op, err := in.operator.operator()
+	if err != nil {
+		return nil, err
+	}
+	c = values.Effective(c, op)
 	vals, err := in.values(c)
 	if err != nil {
 		return nil, err

@@ -393,20 +393,27 @@ func (x *Executor) SetIntent(ctx context.Context, c *v1alpha1.EtcdCluster, in *p
 // setRecord stores v as JSON in annotation key of the EtcdCluster, or removes it when v is
 // nil, with SetIntent's optimistic lock.
 func (x *Executor) setRecord(ctx context.Context, c *v1alpha1.EtcdCluster, key string, v any) error {
+	// A copy is patched, and only its metadata taken back: the API server answers with the
+	// stored object, whose spec is not the pass's effective one (values.Effective).
+	w := c.DeepCopy()
 	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
 	}
 	if v == nil {
-		delete(c.Annotations, key)
+		delete(w.Annotations, key)
 	} else {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
-		c.Annotations[key] = string(b)
+		w.Annotations[key] = string(b)
 	}
-	return x.Client.Patch(ctx, c, patch)
+	if err := x.Client.Patch(ctx, w, patch); err != nil {
+		return err
+	}
+	c.ObjectMeta = w.ObjectMeta
+	return nil
 }
 
 // defragment carries out a Defragment step: it records the defragmentation on the EtcdCluster

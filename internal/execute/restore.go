@@ -82,7 +82,12 @@ func (x *Executor) Restore(ctx context.Context, c *v1alpha1.EtcdCluster, t rende
 		// the intent) with the status it had before the step.
 		base := c.DeepCopy()
 		base.Status = *before.Status.DeepCopy()
-		err = x.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		// A copy is patched, and its metadata and status taken back: the API server answers
+		// with the stored spec, not the pass's effective one (values.Effective).
+		w := c.DeepCopy()
+		if err = x.Client.Status().Patch(ctx, w, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err == nil {
+			c.ObjectMeta, c.Status = w.ObjectMeta, w.Status
+		}
 	}
 	if err != nil {
 		x.Done(c, a.Kind, err)

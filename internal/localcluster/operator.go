@@ -50,26 +50,31 @@ type operator struct {
 	extra    []string        // KEY=VALUE added by StartOperator
 }
 
+// DefaultExtraSANsArg is the operator argument the local cluster adds before
+// Options.OperatorArgs: members reach each other's peer port from 127.0.0.1.
+const DefaultExtraSANsArg = "--default-extra-sans=127.0.0.1"
+
 // installOperator applies config/default with kubectl, as a user installs the operator (with
-// Options.OperatorArgs added to the manager's args), and waits until one of its pods is Ready.
+// DefaultExtraSANsArg and Options.OperatorArgs added to the manager's args), and waits until one of its pods is Ready.
 func (c *Cluster) installOperator(ctx context.Context) error {
 	kubectl := filepath.Join(c.opts.Binaries.Kube, "kubectl")
 	dir := filepath.Join(c.opts.Binaries.Root, "config", "default")
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", dir)
-	if len(c.opts.OperatorArgs) > 0 {
-		build := exec.CommandContext(ctx, kubectl, "kustomize", dir)
-		var stderr bytes.Buffer
-		build.Stderr = &stderr
-		manifest, err := build.Output()
-		if err != nil {
-			return fmt.Errorf("failed to build config/default (kubectl kustomize): %w: %s", err, strings.TrimSpace(stderr.String()))
-		}
-		if manifest, err = withOperatorArgs(manifest, c.opts.OperatorArgs); err != nil {
-			return err
-		}
-		cmd = exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
-		cmd.Stdin = bytes.NewReader(manifest)
+	// Members dial each other from 127.0.0.1 here (process nodes share the host's network):
+	// the certificates of a cluster that gets TLS by default name it too. The caller's args
+	// come after it (the flag package keeps a repeated flag's last value).
+	args := append([]string{DefaultExtraSANsArg}, c.opts.OperatorArgs...)
+	build := exec.CommandContext(ctx, kubectl, "kustomize", dir)
+	var stderr bytes.Buffer
+	build.Stderr = &stderr
+	manifest, err := build.Output()
+	if err != nil {
+		return fmt.Errorf("failed to build config/default (kubectl kustomize): %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
+	if manifest, err = withOperatorArgs(manifest, args); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
+	cmd.Stdin = bytes.NewReader(manifest)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -102,10 +102,24 @@ func Set(c *v1alpha1.EtcdCluster, o observe.Observation, t render.Topology) {
 	case o.AuthRefused != nil:
 		s.AuthEnabled = ptr.To(true)
 	}
-	for _, cond := range Conditions(o) {
+	var transport metav1.Condition
+	s.Security, transport = Transport(c)
+	for _, cond := range append(Conditions(o), transport) {
 		cond.ObservedGeneration = o.Generation
 		meta.SetStatusCondition(&s.Conditions, cond)
 	}
+}
+
+// Transport is status.security and the InsecureTransport condition of c, the effective spec
+// of the pass (values.Effective): True, with how to turn TLS on, while a side is plain.
+// Ready does not depend on it.
+func Transport(c *v1alpha1.EtcdCluster) (v1alpha1.SecurityMode, metav1.Condition) {
+	mode, reason, msg := values.Security(c)
+	cond := metav1.Condition{Type: v1alpha1.ConditionInsecureTransport, Status: metav1.ConditionTrue, Reason: reason, Message: msg}
+	if mode == v1alpha1.SecurityTLS {
+		cond.Status = metav1.ConditionFalse
+	}
+	return mode, cond
 }
 
 // highestIndex is the highest raft index any member reports.
@@ -544,7 +558,8 @@ func Transitions(before, after []metav1.Condition) []Transition {
 		bad := (a.Type == v1alpha1.ConditionDegraded && a.Status == metav1.ConditionTrue) ||
 			(a.Type == v1alpha1.ConditionStalled && a.Status == metav1.ConditionTrue) ||
 			(a.Type == v1alpha1.ConditionAvailable && a.Status == metav1.ConditionFalse && b != nil) ||
-			(a.Type == v1alpha1.ConditionEphemeralStorage && a.Status == metav1.ConditionTrue)
+			(a.Type == v1alpha1.ConditionEphemeralStorage && a.Status == metav1.ConditionTrue) ||
+			(a.Type == v1alpha1.ConditionInsecureTransport && a.Status == metav1.ConditionTrue)
 		if bad {
 			t.EventType = "Warning"
 		}

@@ -48,6 +48,12 @@ type Operator struct {
 	// PodSecurity is the level every pod of a render, after its patches, and every pod the
 	// operator creates must meet (--pod-security-level); empty is restricted.
 	PodSecurity podsecurity.Level
+	// DefaultExtraSANs are further DNS names or IP addresses the member certificates of a
+	// cluster that gets TLS by default carry (tls.extraSANs of the secure default, see
+	// Effective), for example 127.0.0.1 where members reach each other through the loopback
+	// address. The admin sets them (--default-extra-sans); a cluster with spec.tls names its
+	// own.
+	DefaultExtraSANs []string
 }
 
 // DefaultOperatorNamespace and DefaultOperatorPodLabels are where config/default deploys the

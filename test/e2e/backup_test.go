@@ -156,7 +156,7 @@ func TestBackupWithWrongCredentialsFailsClearly(t *testing.T) {
 	}
 	spec.Destination.S3.CredentialsSecret.Name = "wrong"
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(1)), Backup: spec}}
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(1)), Backup: spec}}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestBackupToTheMetadataAddressIsRefused(t *testing.T) {
 	spec := &v1alpha1.BackupSpec{Schedule: "@every 10s", Destination: v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{
 		Endpoint: "http://169.254.169.254", Bucket: "latest", CredentialsSecret: v1alpha1.SecretReference{Name: sec.Name}}}}
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(1)), Backup: spec}}
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(1)), Backup: spec}}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}

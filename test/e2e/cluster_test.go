@@ -24,7 +24,7 @@ func createCluster(t testing.TB, ns string, replicas int32) (*v1alpha1.EtcdClust
 	t.Helper()
 	c := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec:       v1alpha1.EtcdClusterSpec{Replicas: ptr.To(replicas)},
+		Spec:       v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(replicas)},
 	}
 	start := time.Now()
 	if err := k8s.Create(context.Background(), c); err != nil {
@@ -35,8 +35,11 @@ func createCluster(t testing.TB, ns string, replicas int32) (*v1alpha1.EtcdClust
 }
 
 // createWith creates the EtcdCluster "etcd" in ns with spec and waits until it is Available.
+// spec.insecure is set: the suite's fixtures are plain unless a test asks for spec.tls (most
+// are about other things); the secure default has its own test (TestDefaultClusterIsSecure).
 func createWith(t testing.TB, ns string, spec v1alpha1.EtcdClusterSpec) *v1alpha1.EtcdCluster {
 	t.Helper()
+	spec.Insecure = true
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns}, Spec: spec}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -121,7 +121,7 @@ func TestOperatorKilledBetweenRestoreStepsConverges(t *testing.T) {
 		name := fmt.Sprintf("restored-%d", i)
 		start := time.Now()
 		r := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Bootstrap: &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.BackupReference{Name: b.Name}}}}
+			Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(3)), Bootstrap: &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.BackupReference{Name: b.Name}}}}
 		if err := k8s.Create(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}

@@ -195,7 +195,7 @@ func TestDefragmentationUnderWriteLoadShrinksTheDatabase(t *testing.T) {
 	)
 	ns := namespace(t)
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To[int32](3),
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To[int32](3),
 			Maintenance: v1alpha1.MaintenanceSpec{Defragmentation: v1alpha1.DefragmentationSpec{
 				FragmentedPercent: 50, MinFragmentedSize: ptr.To(resource.MustParse("16Mi")),
 			}}}}
@@ -332,7 +332,7 @@ func TestNoSpaceAlarmIsRaisedByASmallQuotaAndCleared(t *testing.T) {
 	)
 	ns := namespace(t)
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To[int32](3),
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To[int32](3),
 			Etcd: v1alpha1.EtcdSettings{QuotaBackendBytes: resource.NewQuantity(quota, resource.BinarySI)}}}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

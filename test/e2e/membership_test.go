@@ -158,7 +158,7 @@ func createQuicklyReplacedCluster(t *testing.T, ns string) {
 	replicas := int32(3)
 	c := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: &replicas,
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: &replicas,
 			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
 	}
 	if err := k8s.Create(context.Background(), c); err != nil {

@@ -101,13 +101,13 @@ func TestOperatorFromItsChartNamespaced(t *testing.T) {
 
 	// An EtcdCluster outside its namespace, created first: it must stay untouched.
 	outside := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: other},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(1))}}
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(1))}}
 	if err := k8s.Create(ctx, outside); err != nil {
 		t.Fatal(err)
 	}
 
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3))}}
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(3))}}
 	if err := k8s.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}

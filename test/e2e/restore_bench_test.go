@@ -40,7 +40,7 @@ const (
 // bootstrap. The volumes are 4Gi: a source member holds the database and as much again in
 // its write-ahead log, and a restore pod stages the snapshot next to the restored database.
 func restoreBenchSpec() v1alpha1.EtcdClusterSpec {
-	return v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Storage: v1alpha1.StorageSpec{Size: ptr.To(resource.MustParse("4Gi"))}}
+	return v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(3)), Storage: v1alpha1.StorageSpec{Size: ptr.To(resource.MustParse("4Gi"))}}
 }
 
 // BenchmarkRestoreTimeToAvailable measures, on the local cluster, what restoring a 512 MiB

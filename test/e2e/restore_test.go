@@ -123,7 +123,7 @@ func TestRestoreIntoANewCluster(t *testing.T) {
 	key := strings.TrimPrefix(b.Status.Location, "s3://"+srv.Bucket+"/")
 	start := time.Now()
 	r := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: dst},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Bootstrap: &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To(int32(3)), Bootstrap: &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{
 			S3: *bs.Destination.S3, Key: key, EtcdVersion: b.Status.EtcdVersion, SHA256: b.Status.SHA256}}}}
 	if err := k8s.Create(context.Background(), r); err != nil {
 		t.Fatal(err)

@@ -373,7 +373,7 @@ func createEphemeral(t testing.TB, ns string, chartValues map[string]any) etcdVi
 	t.Helper()
 	c := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To[int32](3),
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To[int32](3),
 			Storage:    v1alpha1.StorageSpec{Ephemeral: ptr.To(true)},
 			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}}},
 	}
@@ -481,7 +481,7 @@ func TestEmptyDirMembersFormKeepDataAcrossRestartsAndAreReplacedWithTheirPod(t *
 func TestResizeDuringFormationFormsOneCluster(t *testing.T) {
 	ns := namespace(t)
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To[int32](3)}}
+		Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptr.To[int32](3)}}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestChaosSoak(t *testing.T) {
 		// A member lost for 30 s is replaced (the default is 5 minutes, longer than a fault
 		// may take to settle): a wiped member, which cannot start again, is replaced within the
 		// soak's settle deadline, while a stall or a node stop (at most 8 s) stays below it.
-		spec := v1alpha1.EtcdClusterSpec{Replicas: ptrInt32(soakMembers), Version: c.version,
+		spec := v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptrInt32(soakMembers), Version: c.version,
 			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: soakReplaceAfter}}}
 		if err := k8s.Create(context.Background(), &v1alpha1.EtcdCluster{ObjectMeta: objectMeta(c.ns), Spec: spec}); err != nil {
 			t.Fatal(err)

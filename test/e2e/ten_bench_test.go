@@ -95,7 +95,7 @@ func runTen(b *testing.B) {
 	start := time.Now()
 	for _, c := range clusters {
 		obj := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: "etcd"},
-			Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrInt32(3), Version: tenFrom}}
+			Spec: v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptrInt32(3), Version: tenFrom}}
 		c.created = time.Now()
 		if err := k8s.Create(ctx, obj); err != nil {
 			b.Fatal(err)

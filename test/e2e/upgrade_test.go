@@ -25,7 +25,7 @@ func createVersioned(t testing.TB, ns, version string, edit func(*v1alpha1.EtcdC
 	t.Helper()
 	c := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
-		Spec:       v1alpha1.EtcdClusterSpec{Replicas: ptrInt32(3), Version: version},
+		Spec:       v1alpha1.EtcdClusterSpec{Insecure: true, Replicas: ptrInt32(3), Version: version},
 	}
 	if edit != nil {
 		edit(&c.Spec)

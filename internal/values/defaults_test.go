@@ -1,0 +1,65 @@
+package values
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+)
+
+func TestEffective(t *testing.T) {
+	yes := true
+	secureTLS := &v1alpha1.TLSSpec{
+		Peer:   &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceOperator},
+		Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator, ClientCertAuth: &yes},
+	}
+	marked := map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
+	peerOnly := &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "p"}}
+	np := &v1alpha1.NetworkPolicySpec{Enabled: false}
+	cases := []struct {
+		name    string
+		ann     map[string]string
+		spec    v1alpha1.EtcdClusterSpec
+		op      Operator
+		wantTLS *v1alpha1.TLSSpec
+		wantNP  *v1alpha1.NetworkPolicySpec
+		mode    v1alpha1.SecurityMode
+		reason  string
+	}{
+		{name: "created before secure defaults: as it was", mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonCreatedBeforeSecureDefaults},
+		{name: "a marker with another value is no marker", ann: map[string]string{v1alpha1.AnnotationDefaults: "plain"}, mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonCreatedBeforeSecureDefaults},
+		{name: "secure defaults", ann: marked, wantTLS: secureTLS, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "secure defaults with the admin's SANs", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}},
+			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"127.0.0.1"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "insecure by choice", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true}, mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonInsecureByChoice},
+		{name: "insecure with tls asked for", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true, TLS: secureTLS}, wantTLS: secureTLS, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "the user's tls and policy win", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly, NetworkPolicy: np}, wantTLS: peerOnly, wantNP: np, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
+		{name: "the admin's SANs are for the default only", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}}, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly},
+			wantTLS: peerOnly, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: tc.ann, Finalizers: []string{v1alpha1.FinalizerName}}, Spec: tc.spec}
+			orig := c.DeepCopy()
+			got := Effective(c, tc.op)
+			if !equality.Semantic.DeepEqual(got.Spec.TLS, tc.wantTLS) {
+				t.Errorf("tls = %+v, want %+v", got.Spec.TLS, tc.wantTLS)
+			}
+			if !equality.Semantic.DeepEqual(got.Spec.NetworkPolicy, tc.wantNP) {
+				t.Errorf("networkPolicy = %+v, want %+v", got.Spec.NetworkPolicy, tc.wantNP)
+			}
+			if !equality.Semantic.DeepEqual(c, orig) {
+				t.Errorf("Effective changed its input")
+			}
+			if again := Effective(got, tc.op); !equality.Semantic.DeepEqual(again, got) {
+				t.Errorf("Effective is not idempotent: %+v, then %+v", got.Spec, again.Spec)
+			}
+			mode, reason, msg := Security(got)
+			if mode != tc.mode || reason != tc.reason || msg == "" {
+				t.Errorf("Security = %s %s %q, want %s %s", mode, reason, msg, tc.mode, tc.reason)
+			}
+		})
+	}
+}
