@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -82,19 +81,8 @@ func TestOnlyTheExecutorWrites(t *testing.T) {
 		"EtcdBackupReconciler.Reconcile":        {"Patch": true},                                      // the status
 		"EtcdBackupReconciler.take":             {"Patch": true},                                      // the status, before the snapshot
 	}
-	files, err := filepath.Glob("controllers/*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, files := parseSources(t, "controllers/*.go")
+	for _, f := range files {
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Body == nil {
@@ -137,19 +125,8 @@ func TestOnlyTheExecutorWrites(t *testing.T) {
 // never reads an object's status, so a render depends on the spec and on one memory loaded
 // once per pass, nothing else.
 func TestTheValuesReadNoStatus(t *testing.T) {
-	files, err := filepath.Glob("internal/values/*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, files := parseSources(t, "internal/values/*.go")
+	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Status" {
 				t.Errorf("%s: internal/values reads a status; take it from memory.Memory instead", fset.Position(sel.Pos()))
@@ -165,22 +142,8 @@ func TestTheValuesReadNoStatus(t *testing.T) {
 // rendered template, and the gate's own invariant table.
 func TestPlannersTakeNoCallbacks(t *testing.T) {
 	allowed := map[string]bool{"PeerURL": true, "Check": true}
-	var files []string
-	err := filepath.WalkDir("internal/plan", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
-			files = append(files, p)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, files := parseSources(t, "internal/plan/*.go", "internal/plan/*/*.go")
+	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			st, ok := n.(*ast.StructType)
 			if !ok {
@@ -199,4 +162,31 @@ func TestPlannersTakeNoCallbacks(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// parseSources parses the non-test Go files the glob patterns match.
+func parseSources(t *testing.T, patterns ...string) (*token.FileSet, []*ast.File) {
+	t.Helper()
+	fset := token.NewFileSet()
+	var out []*ast.File
+	for _, pattern := range patterns {
+		names, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no Go file matches %v", patterns)
+	}
+	return fset, out
 }

@@ -58,8 +58,8 @@ func FuzzComputeChartValues(f *testing.F) {
 			t.Fatalf("the spec without chart values is refused, with them accepted: %v", err)
 		}
 		for _, g := range v1alpha1.GuardedChartValues {
-			got, gok := lookup(out, g.Path)
-			want, wok := lookup(typed, g.Path)
+			got, gok := values.LookupPath(out, g.Path)
+			want, wok := values.LookupPath(typed, g.Path)
 			if gok != wok || !reflect.DeepEqual(got, want) {
 				t.Fatalf("chart values %s changed the guarded %s: %v (present %v), computed %v (present %v)", raw, g.Path, got, gok, want, wok)
 			}
@@ -72,18 +72,4 @@ func FuzzComputeChartValues(f *testing.F) {
 			t.Fatalf("values do not encode: %v", err)
 		}
 	})
-}
-
-func lookup(m map[string]any, path string) (any, bool) {
-	var cur any = m
-	for _, p := range strings.Split(path, ".") {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = mm[p]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
 }

@@ -1,0 +1,4 @@
+package values
+
+// LookupPath is lookupPath, for the external tests.
+var LookupPath = lookupPath
