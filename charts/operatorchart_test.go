@@ -653,6 +653,14 @@ func TestOperatorChartValues(t *testing.T) {
 		}
 	}
 
+	// Cluster-scoped issuers are the admin's to allow: off unless the values say so.
+	for allow, want := range map[bool]bool{false: false, true: true} {
+		args := managerContainer(t, typedDeployment(t, mustRenderOperatorChart(t, "pilot", "ops", map[string]any{"allowClusterIssuers": allow}).objects, "pilot")).Args
+		if slices.Contains(args, "--allow-cluster-issuers") != want {
+			t.Errorf("allowClusterIssuers %v: args %q", allow, args)
+		}
+	}
+
 	// No ServiceAccount of its own: the pods run as the one named, and the bindings name it.
 	objs = mustRenderOperatorChart(t, "pilot", "ops", map[string]any{"serviceAccount": map[string]any{"create": false, "name": "existing"}}).objects
 	if sa := typedDeployment(t, objs, "pilot").Spec.Template.Spec.ServiceAccountName; sa != "existing" {

@@ -212,3 +212,35 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 		t.Fatalf("the Secret cert-manager wrote was overwritten")
 	}
 }
+
+// TestAClusterIssuerIsRefusedUnlessTheAdminAllowsIt (issue 26): a tenant whose spec.tls names
+// a ClusterIssuer (which signs for every namespace) gets TLSNotReady saying so, and no
+// Certificate is written for the issuer to sign; the operator under test runs with the
+// default, which refuses them.
+func TestAClusterIssuerIsRefusedUnlessTheAdminAllowsIt(t *testing.T) {
+	crdDir := certManagerCRDs(t)
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	if getObject("", "certificates.cert-manager.io", crd) != nil {
+		if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crdDir}, ErrorIfPathMissing: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := env.Namespace(t)
+	shared := &v1alpha1.IssuerReference{Name: "shared", Kind: v1alpha1.IssuerKindClusterIssuer, Group: "cert-manager.io"}
+	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.TLS = &v1alpha1.TLSSpec{
+			Peer:   &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: &v1alpha1.IssuerReference{Name: "ca"}},
+			Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: shared},
+		}
+	})
+	waitDegradedWith(t, ns, v1alpha1.ReasonTLSNotReady, "cluster-scoped issuer ClusterIssuer shared", "--allow-cluster-issuers")
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(render.CertificateGVK.GroupVersion().WithKind("CertificateList"))
+	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) > 0 {
+		t.Fatalf("%d Certificates written for a refused issuer", len(list.Items))
+	}
+}

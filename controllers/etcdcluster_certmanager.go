@@ -36,6 +36,10 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 	if err := observe.CertificateKindKnown(r.Client.RESTMapper()); err != nil {
 		return nil, nil, err
 	}
+	if p := render.ClusterIssuerProblem(leaves, r.Operator.AllowClusterIssuers); p != "" {
+		// Nothing is asked of the issuer: no Certificate is written.
+		return nil, nil, &render.TLSError{Msg: p}
+	}
 	_, renewBefore := render.LeafTimes(c)
 	keep := map[string]bool{}
 	var problems []string

@@ -201,6 +201,8 @@ type operatorFlags struct {
 	podLabels   string
 	podSecurity string
 	extraSANs   string
+	// clusterIssuers lets spec.tls name cluster-scoped cert-manager issuers.
+	clusterIssuers bool
 }
 
 // bindPodSecurity binds --pod-security-level (manager and render; values renders no pods).
@@ -213,6 +215,7 @@ func (f *operatorFlags) bindPodSecurity(fs *flag.FlagSet) {
 func (f *operatorFlags) bind(fs *flag.FlagSet, defaultNamespace, namespaceDoc string) {
 	fs.StringVar(&f.namespace, "operator-namespace", defaultNamespace, "namespace of the operator's pods, which a cluster's NetworkPolicy admits to the members (default "+namespaceDoc+")")
 	fs.StringVar(&f.podLabels, "operator-pod-labels", values.DefaultOperatorPodLabels, "labels of the operator's pods, as k=v,k2=v2 (config/manager/manager.yaml's), which a cluster's NetworkPolicy admits to the members")
+	fs.BoolVar(&f.clusterIssuers, "allow-cluster-issuers", false, "let spec.tls name cluster-scoped cert-manager issuers (ClusterIssuer): such an issuer signs for every namespace that names it, so one tenant could get certificates another tenant's cluster trusts; refused by default (TLSNotReady, and no Certificate is written)")
 	fs.StringVar(&f.extraSANs, "default-extra-sans", "", "comma-separated DNS names or IP addresses the member certificates of a cluster that gets TLS by default (no spec.tls) carry besides their own, for example 127.0.0.1 where members dial each other through the loopback address")
 }
 
@@ -221,7 +224,7 @@ func (f *operatorFlags) operator() (values.Operator, error) {
 	if err != nil {
 		return values.Operator{}, fmt.Errorf("failed to parse --pod-security-level: %w", err)
 	}
-	op := values.Operator{Namespace: f.namespace, PodSecurity: level}
+	op := values.Operator{Namespace: f.namespace, PodSecurity: level, AllowClusterIssuers: f.clusterIssuers}
 	if f.podLabels != "" {
 		l, err := labels.ConvertSelectorToLabelsMap(f.podLabels)
 		if err != nil {

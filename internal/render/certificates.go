@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -147,6 +148,31 @@ func CertManagerLeaves(c *v1alpha1.EtcdCluster, t Topology) []CertManagerLeaf {
 		}
 	}
 	return out
+}
+
+// ClusterIssuerProblem says why leaves may not be asked of the issuers they name ("" when
+// they may): a cluster-scoped issuer (cert-manager's ClusterIssuer, or an external issuer's
+// cluster-scoped kind) signs for every namespace that names it, so one tenant's certificates
+// would be trusted by another's cluster. The operator's administrator allows them
+// (--allow-cluster-issuers); a tenant cannot.
+func ClusterIssuerProblem(leaves []CertManagerLeaf, allowed bool) string {
+	if allowed {
+		return ""
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, l := range leaves {
+		if !strings.HasSuffix(l.Issuer.Kind, v1alpha1.IssuerKindClusterIssuer) || seen[l.Issuer.Kind+"/"+l.Issuer.Name] {
+			continue
+		}
+		seen[l.Issuer.Kind+"/"+l.Issuer.Name] = true
+		names = append(names, l.Issuer.Kind+" "+l.Issuer.Name)
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("spec.tls names the cluster-scoped issuer %s: a cluster-scoped issuer signs for every namespace, so another tenant could get certificates this cluster trusts; "+
+		"name an Issuer in this namespace, or ask the operator's administrator to allow cluster-scoped issuers (--allow-cluster-issuers)", strings.Join(names, ", "))
 }
 
 // CertManagerCertificate is the cert-manager Certificate that asks for l: written by

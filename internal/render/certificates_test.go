@@ -2,6 +2,7 @@ package render
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,29 @@ func TestCertManagerCertificates(t *testing.T) {
 				tc.check(t, by)
 			}
 		})
+	}
+}
+
+// TestClusterIssuersOnlyWhereTheAdminAllowsThem (issue 26): a tenant's spec.tls naming a
+// cluster-scoped issuer is refused unless the operator's administrator allows them; a
+// namespaced Issuer always passes.
+func TestClusterIssuersOnlyWhereTheAdminAllowsThem(t *testing.T) {
+	c := testutil.CertManagerCluster(nil) // client side: ClusterIssuer "root"
+	leaves := CertManagerLeaves(c, TopologyOf(c, nil))
+	if p := ClusterIssuerProblem(leaves, false); !strings.Contains(p, "ClusterIssuer root") || !strings.Contains(p, "--allow-cluster-issuers") {
+		t.Fatalf("a ClusterIssuer, not allowed: %q", p)
+	}
+	if p := ClusterIssuerProblem(leaves, true); p != "" {
+		t.Fatalf("a ClusterIssuer, allowed: %q", p)
+	}
+	ext := testutil.CertManagerCluster(func(s *v1alpha1.TLSSpec) {
+		s.Client.IssuerRef = &v1alpha1.IssuerReference{Name: "pca", Kind: "AWSPCAClusterIssuer", Group: "awspca.cert-manager.io"}
+	})
+	if p := ClusterIssuerProblem(CertManagerLeaves(ext, TopologyOf(ext, nil)), false); !strings.Contains(p, "AWSPCAClusterIssuer pca") {
+		t.Fatalf("an external cluster-scoped issuer, not allowed: %q", p)
+	}
+	ns := testutil.CertManagerCluster(func(s *v1alpha1.TLSSpec) { s.Client.IssuerRef = &v1alpha1.IssuerReference{Name: "ca"} })
+	if p := ClusterIssuerProblem(CertManagerLeaves(ns, TopologyOf(ns, nil)), false); p != "" {
+		t.Fatalf("namespaced issuers: %q", p)
 	}
 }

@@ -54,6 +54,10 @@ type Operator struct {
 	// address. The admin sets them (--default-extra-sans); a cluster with spec.tls names its
 	// own.
 	DefaultExtraSANs []string
+	// AllowClusterIssuers lets spec.tls name cluster-scoped cert-manager issuers
+	// (--allow-cluster-issuers): the admin's choice, since such an issuer signs for every
+	// namespace.
+	AllowClusterIssuers bool
 }
 
 // DefaultOperatorNamespace and DefaultOperatorPodLabels are where config/default deploys the
