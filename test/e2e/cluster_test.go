@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 )
@@ -75,11 +77,31 @@ func waitCondition(t testing.TB, ns, typ string, status metav1.ConditionStatus, 
 		c = getCluster(t, ns)
 		cond := meta.FindStatusCondition(c.Status.Conditions, typ)
 		if cond == nil || cond.Status != status {
-			return fmt.Errorf("%s is %+v", typ, cond)
+			return fmt.Errorf("%s is %+v; %s", typ, cond, memberPodsState(ns))
 		}
 		return nil
 	})
 	return c
+}
+
+// memberPodsState says, for a message, what the member pods of ns and their StatefulSet look
+// like now: a condition that waits on them says why.
+func memberPodsState(ns string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var parts []string
+	sts := &appsv1.StatefulSet{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "etcd"}, sts); err == nil {
+		parts = append(parts, fmt.Sprintf("StatefulSet ready %d/%d, observedGeneration %d of %d",
+			sts.Status.ReadyReplicas, sts.Status.Replicas, sts.Status.ObservedGeneration, sts.Generation))
+	}
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelCluster: "etcd"}); err == nil {
+		for _, p := range pods.Items {
+			parts = append(parts, fmt.Sprintf("%s: %s ready %v restarts %d", p.Name, p.Status.Phase, podReady(&p), restartCount(&p)))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func endpoint(ns string, ordinal int) string {
