@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/sandboxcmd"
 )
 
 // The templates a hostile tenant's chart adds: a string of 400 MB, loops of 10^10 steps, and
@@ -36,14 +36,10 @@ data:
 // recording its runs.
 func testSandbox(t testing.TB, b charts.Budget) (*charts.Sandbox, func() []charts.SandboxRun) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var runs []charts.SandboxRun
 	if b.Command == nil {
-		b.Command = []string{exe, charts.SandboxArg}
+		b.Command = sandboxcmd.MustCommand(t)
 	}
 	b.Observe = func(r charts.SandboxRun) { mu.Lock(); runs = append(runs, r); mu.Unlock() }
 	return charts.NewSandbox(b), func() []charts.SandboxRun {

@@ -21,12 +21,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
 	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/sandboxcmd"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -58,10 +60,17 @@ func run(m *testing.M) int {
 	}
 	defer env.Stop()
 
+	// Tenants' charts render in sandboxes of this binary, or of the operator's built without
+	// the race detector when this one has it (see sandboxcmd).
+	sandbox, err := sandboxcmd.Command()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countWrites{rt} }
 	mgr, err = manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", DialEtcd: fakes.dial, EtcdTimeout: time.Second,
-		Operator: values.DefaultOperator(), Egress: suiteEgress})
+		Operator: values.DefaultOperator(), Egress: suiteEgress, ChartBudget: charts.Budget{Command: sandbox}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/sandboxcmd"
 )
 
 // TestHealthzFailsWhileAPassIsStuck: a pass that does not return (here a tenant's chart
@@ -32,7 +33,7 @@ func TestHealthzFailsWhileAPassIsStuck(t *testing.T) {
 	t.Cleanup(func() { _ = env.Stop() })
 	probes := freePort(t)
 	mgr, err := manager.New(env.Config, manager.Options{MetricsAddr: "0", ProbeAddr: probes, EtcdTimeout: time.Second, SkipNameValidation: true,
-		ChartBudget: charts.Budget{Time: 8 * time.Second}, StuckPassAfter: 2 * time.Second})
+		ChartBudget: charts.Budget{Time: 8 * time.Second, Command: sandboxcmd.MustCommand(t)}, StuckPassAfter: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

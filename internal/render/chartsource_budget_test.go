@@ -3,7 +3,6 @@ package render
 import (
 	"context"
 	"crypto/rand"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/sandboxcmd"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
@@ -60,11 +60,7 @@ func chartConfigMapOf(ns string, archive []byte) *corev1.ConfigMap {
 // budgetSources are Sources whose charts render in sandboxes of this test binary.
 func budgetSources(t *testing.T, b charts.Budget, cms ...*corev1.ConfigMap) (*Sources, *configMaps) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Command = []string{exe, charts.SandboxArg}
+	b.Command = sandboxcmd.MustCommand(t)
 	reader := &configMaps{items: map[string]*corev1.ConfigMap{}}
 	for _, cm := range cms {
 		reader.items[cm.Namespace+"/"+cm.Name] = cm

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sandboxcmd
+
+const race = false

@@ -1,0 +1,6 @@
+//go:build race
+
+package sandboxcmd
+
+// race is true in a binary built with the race detector.
+const race = true

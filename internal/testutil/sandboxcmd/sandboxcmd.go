@@ -1,0 +1,76 @@
+// Package sandboxcmd gives tests the command that starts a chart render sandbox
+// (charts.Budget.Command).
+//
+// A test binary is its own sandbox (it calls charts.ServeIfSandbox from an init function),
+// except when it is built with the race detector: the race runtime maps its shadow memory
+// when it starts and cannot run under the address-space limit the sandbox sets itself
+// ("too many address space collisions for -race mode"). Then the sandbox is the operator's
+// binary built without it, once per test process, as the operator runs it.
+package sandboxcmd
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/etcd-pilot/etcd-pilot/charts"
+)
+
+var (
+	once  sync.Once
+	built string
+	err   error
+)
+
+// Command returns the sandbox command for this test binary.
+func Command() ([]string, error) {
+	if !race {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return []string{exe, charts.SandboxArg}, nil
+	}
+	once.Do(func() {
+		_, file, _, ok := runtime.Caller(0)
+		if !ok {
+			err = fmt.Errorf("failed to find the module's folder")
+			return
+		}
+		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+		dir, derr := os.MkdirTemp("", "etcd-pilot-sandbox-")
+		if derr != nil {
+			err = derr
+			return
+		}
+		built = filepath.Join(dir, "etcd-pilot")
+		cmd := exec.Command("go", "build", "-o", built, ".")
+		cmd.Dir = root
+		// The race detector off, whatever the environment asks.
+		cmd.Env = append(os.Environ(), "GOFLAGS="+strings.ReplaceAll(os.Getenv("GOFLAGS"), "-race", ""))
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("failed to build the operator's binary for the render sandbox: %v\n%s", berr, out)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []string{built, charts.SandboxArg}, nil
+}
+
+// MustCommand is Command for a test: it fails t when the command cannot be had.
+func MustCommand(t interface {
+	Helper()
+	Fatal(...any)
+}) []string {
+	t.Helper()
+	c, err := Command()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
