@@ -74,7 +74,13 @@ func (x *Executor) Retain(ctx context.Context, c *v1alpha1.EtcdCluster, bs []v1a
 			continue
 		}
 		if err := x.deleteBackupObject(ctx, c, b); err != nil {
-			return err
+			// The store cannot be reached or refuses (an endpoint the outbound policy
+			// refuses, an outage): the backup is kept and tried again on a later pass. It
+			// must not hold up the pass: membership, restores and rollouts come after the
+			// backups in it.
+			logger.Info("retention could not delete a backup's snapshot; it is kept for now", "backup", name, "error", err.Error())
+			x.backupEvent(c, b, "Warning", "BackupNotDeleted", "retention could not delete the snapshot of %s; it is kept and tried again later: %v", b.Name, err)
+			continue
 		}
 		if err := x.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to delete EtcdBackup %s/%s: %w", b.Namespace, b.Name, err)
