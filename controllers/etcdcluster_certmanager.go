@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update;patch;delete
@@ -36,7 +37,9 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 	if err := observe.CertificateKindKnown(r.Client.RESTMapper()); err != nil {
 		return nil, nil, err
 	}
-	if p := render.ClusterIssuerProblem(leaves, r.Operator.AllowClusterIssuers); p != "" {
+	// A cluster created before the rule (no secure-defaults marker) keeps its issuer: refusing
+	// it would stop its management after an operator upgrade.
+	if p := render.ClusterIssuerProblem(leaves, r.Operator.AllowClusterIssuers || !values.SecureDefaults(c)); p != "" {
 		// Nothing is asked of the issuer: no Certificate is written.
 		return nil, nil, &render.TLSError{Msg: p}
 	}

@@ -239,8 +239,12 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		patch := client.MergeFrom(c.DeepCopy())
 		controllerutil.AddFinalizer(c, v1alpha1.FinalizerName)
 		// First seen: the cluster is created under secure defaults. A cluster that has the
-		// finalizer without the marker was created before them and keeps what it has.
-		values.MarkSecureDefaults(c)
+		// finalizer without the marker was created before them and keeps what it has; so does
+		// one that lost its finalizer (a `kubectl replace`) after it formed, which its status
+		// (a subresource a replace keeps) shows: switching it to TLS would cut off its clients.
+		if c.Status.ClusterID == "" && c.Status.ObservedGeneration == 0 {
+			values.MarkSecureDefaults(c)
+		}
 		if err := r.Client.Patch(ctx, c, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to add finalizer to EtcdCluster %s: %w", req, err)
 		}

@@ -49,7 +49,7 @@ func TestRestorePodsAreRestricted(t *testing.T) {
 		x := &Executor{AgentImage: "etcd-pilot:dev"}
 		for name, src := range sources {
 			c.Status.Restore = &v1alpha1.RestoreStatus{ID: "r1", Location: name, SHA256: "abc"}
-			pod, err := x.restorePod(c, render.TopologyOf(c, desired), "etcd-0", src, sts, []string{"etcd-0=http://etcd-0.etcd.ns.svc:2380"})
+			pod, err := x.restorePod(c, render.TopologyOf(c, desired), c.Status.Restore, "etcd-0", src, sts, []string{"etcd-0=http://etcd-0.etcd.ns.svc:2380"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -218,7 +218,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 	if err != nil {
 		return err
 	}
-	pod, err := x.restorePod(c, t, member, src, sts, founders)
+	pod, err := x.restorePod(c, t, rec, member, src, sts, founders)
 	if err != nil {
 		return err
 	}
@@ -238,8 +238,7 @@ func (x *Executor) runRestorePod(ctx context.Context, c *v1alpha1.EtcdCluster, t
 // restorePod builds the restore pod of member from the restore's source, the rendered
 // StatefulSet and the founding list: restricted Pod Security whatever the render (its pod
 // securityContext and placement aside), no service-account token.
-func (x *Executor) restorePod(c *v1alpha1.EtcdCluster, t render.Topology, member string, src observe.SnapshotSource, sts *appsv1.StatefulSet, founders []string) (*corev1.Pod, error) {
-	rec := c.Status.Restore
+func (x *Executor) restorePod(c *v1alpha1.EtcdCluster, t render.Topology, rec *v1alpha1.RestoreStatus, member string, src observe.SnapshotSource, sts *appsv1.StatefulSet, founders []string) (*corev1.Pod, error) {
 	k, _ := plan.Ordinal(t.StatefulSet, member)
 	var etcdImage, token string
 	for _, ctr := range sts.Spec.Template.Spec.Containers {

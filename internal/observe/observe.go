@@ -217,11 +217,14 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 	cancel()
 	if users != nil && etcd.AuthRefused(err) {
 		// Reading users needs more than the status does: whether etcd refuses the operator
-		// as a user is the status call's answer alone.
-		users = nil
+		// as a user is the status call's answer alone. The users stay unknown to the
+		// operator (no roles), which the authentication planner reads as refused.
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		st, err = cl.Auth(actx, nil)
 		cancel()
+		if err == nil {
+			st.Roles = map[string][]string{}
+		}
 	}
 	switch {
 	case err == nil:

@@ -23,9 +23,10 @@ func MarkSecureDefaults(c *v1alpha1.EtcdCluster) {
 }
 
 // Effective returns a copy of c with the spec a pass acts on: under secure defaults (see
-// SecureDefaults) and without spec.insecure, an absent spec.tls becomes peer and client TLS
-// with certificates from the operator and client-certificate authentication (tls.extraSANs
-// op.DefaultExtraSANs), and an absent spec.networkPolicy an enabled one. Everything else is
+// SecureDefaults) and without spec.insecure, a side spec.tls leaves out (or all of spec.tls)
+// gets TLS with certificates from the operator (the client side with client-certificate
+// authentication; tls.extraSANs op.DefaultExtraSANs when spec.tls is absent), and an absent
+// spec.networkPolicy an enabled one. Everything else is
 // c's. The copy is for decisions and renders only: it must never be written back to the
 // API server (a spec write would store the defaults and make them the user's).
 func Effective(c *v1alpha1.EtcdCluster, op Operator) *v1alpha1.EtcdCluster {
@@ -33,15 +34,21 @@ func Effective(c *v1alpha1.EtcdCluster, op Operator) *v1alpha1.EtcdCluster {
 	if !SecureDefaults(c) || c.Spec.Insecure {
 		return out
 	}
+	// A side the spec leaves out gets TLS too: writing spec.tls only for extraSANs or a
+	// certificate duration, or for one side, must not switch the other to plain (spec.insecure
+	// is the way out).
 	if out.Spec.TLS == nil {
-		auth := true
-		out.Spec.TLS = &v1alpha1.TLSSpec{
-			Peer:   &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceOperator},
-			Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator, ClientCertAuth: &auth},
-		}
+		out.Spec.TLS = &v1alpha1.TLSSpec{}
 		if len(op.DefaultExtraSANs) > 0 {
 			out.Spec.TLS.ExtraSANs = append([]string(nil), op.DefaultExtraSANs...)
 		}
+	}
+	if out.Spec.TLS.Peer == nil {
+		out.Spec.TLS.Peer = &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceOperator}
+	}
+	if out.Spec.TLS.Client == nil {
+		auth := true
+		out.Spec.TLS.Client = &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator, ClientCertAuth: &auth}
 	}
 	if out.Spec.NetworkPolicy == nil {
 		out.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: true}

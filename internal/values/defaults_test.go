@@ -35,9 +35,15 @@ func TestEffective(t *testing.T) {
 			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"127.0.0.1"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "insecure by choice", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true}, mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonInsecureByChoice},
 		{name: "insecure with tls asked for", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true, TLS: secureTLS}, wantTLS: secureTLS, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
-		{name: "the user's tls and policy win", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly, NetworkPolicy: np}, wantTLS: peerOnly, wantNP: np, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
+		// A side spec.tls names is the user's; one it leaves out still gets TLS.
+		{name: "the user's side and policy win, the other side stays TLS", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly, NetworkPolicy: np},
+			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: np, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "spec.tls written for its SANs alone keeps both sides on TLS", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{ExtraSANs: []string{"etcd.example"}}},
+			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"etcd.example"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "the admin's SANs are for the default only", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}}, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly},
-			wantTLS: peerOnly, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
+			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "one side plain takes spec.insecure", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true, TLS: peerOnly},
+			wantTLS: peerOnly, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
