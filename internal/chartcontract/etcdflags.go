@@ -52,6 +52,10 @@ func checkEtcdFlags(cmd, args []string, c Contract, where string, add func(strin
 				add("%s: the etcd container's %s holds a control character or line break (%q in %q): each argument must be one flag on one line, and a line break in a value is how it smuggles in another flag", where, at, r, w)
 				continue
 			}
+			if ref := unknownVarRef(w); ref != "" {
+				add("%s: the etcd container's %s %q refers to %s: the kubelet replaces $(NAME) with an environment variable before etcd reads it, so a flag could come from there unseen; only $(POD_NAME), $(POD_IP) and $(POD_NAMESPACE) may be referred to", where, at, w, ref)
+				continue
+			}
 			name, value, ok := flagOf(w)
 			if !ok {
 				continue
@@ -129,4 +133,24 @@ func requireTLS(flags EtcdArgs, name, where, why string, add func(string, ...any
 		}
 		add("%s: the etcd container's --%s listens on %q without TLS: %s", where, name, raw, why)
 	}
+}
+
+// varRef is a reference the kubelet expands in a container's command and args.
+var varRef = regexp.MustCompile(`\$\(([^)]*)\)`)
+
+// unknownVarRef returns the first $(NAME) in w other than the pod's own name, address and
+// namespace (which the chart puts in flags' values), "" when there is none. $$(NAME) is a
+// literal the kubelet leaves alone.
+func unknownVarRef(w string) string {
+	for _, m := range varRef.FindAllStringSubmatchIndex(w, -1) {
+		if m[0] > 0 && w[m[0]-1] == '$' {
+			continue
+		}
+		switch name := w[m[2]:m[3]]; name {
+		case "POD_NAME", "POD_IP", "POD_NAMESPACE":
+		default:
+			return w[m[0]:m[1]]
+		}
+	}
+	return ""
 }

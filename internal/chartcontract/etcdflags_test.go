@@ -87,6 +87,11 @@ func TestEtcdFlagChecks(t *testing.T) {
 		{name: "a plain HTTP listener", args: with("--listen-client-http-urls=http://$(POD_IP):2390"), contract: tlsAsked,
 			want: []string{`--listen-client-http-urls listens on "http://$(POD_IP):2390" without TLS`}},
 		{name: "a TLS unix socket", args: with("--listen-client-http-urls=unixs://localhost:0"), contract: tlsAsked},
+		// The kubelet expands $(NAME) from the container's environment before etcd reads the
+		// word: a patch could set X=--force-new-cluster in env and add $(X).
+		{name: "a flag from an environment variable", args: with("$(X)"), want: []string{at(n) + ` "$(X)" refers to $(X)`}},
+		{name: "a value from an environment variable", args: with("--log-level=$(LEVEL)"), want: []string{"refers to $(LEVEL)"}},
+		{name: "an escaped reference is a literal", args: with("--log-level=$$(LEVEL)")},
 		{name: "a plain peer listener", args: replaced("--listen-peer-urls=", "--listen-peer-urls=http://$(POD_IP):2380"), contract: tlsAsked,
 			want: []string{`--listen-peer-urls listens on "http://$(POD_IP):2380" without TLS`}},
 	} {
