@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
@@ -200,5 +201,31 @@ func TestTheEffectiveSpecIsNeverWrittenBack(t *testing.T) {
 	}
 	if stored.Annotations[observe.IntentAnnotation] == "" || stored.ResourceVersion != c.ResourceVersion {
 		t.Errorf("the intent was not recorded (%v), or the pass's copy has not its metadata (%s, stored %s)", stored.Annotations, c.ResourceVersion, stored.ResourceVersion)
+	}
+}
+
+// TestAReplacedClusterKeepsWhatItHas: a `kubectl replace` (or a GitOps replace) drops the
+// finalizer of a running cluster; its status, a subresource a replace keeps, shows the
+// operator handled it before. It gets its finalizer back, no secure-defaults marker, and
+// stays as it was: switching a running plain cluster to TLS would cut off its clients.
+func TestAReplacedClusterKeepsWhatItHas(t *testing.T) {
+	ns := env.Namespace(t)
+	createRaw(t, ns, func(c *v1alpha1.EtcdCluster) { c.Finalizers = []string{v1alpha1.FinalizerName} })
+	waitCondition(t, ns, v1alpha1.ConditionInsecureTransport, "True/"+v1alpha1.ReasonCreatedBeforeSecureDefaults)
+	before := waitStatefulSet(t, ns)
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Finalizers = nil })
+	eventually(t, timeout, "the finalizer back", func() error {
+		if c := getCluster(t, ns); !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerName) {
+			return fmt.Errorf("finalizers %v", c.Finalizers)
+		}
+		return nil
+	})
+	c := getCluster(t, ns)
+	if _, ok := c.Annotations[v1alpha1.AnnotationDefaults]; ok {
+		t.Fatalf("a cluster the operator handled before got the secure-defaults marker when its finalizer came back: %v", c.Annotations)
+	}
+	after := waitStatefulSet(t, ns)
+	if after.Annotations[apply.HashAnnotation] != before.Annotations[apply.HashAnnotation] {
+		t.Fatalf("the StatefulSet changed (hash %s, then %s)", before.Annotations[apply.HashAnnotation], after.Annotations[apply.HashAnnotation])
 	}
 }
