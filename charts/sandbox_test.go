@@ -18,11 +18,11 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/sandboxcmd"
 )
 
-// The templates a hostile tenant's chart adds: a string of 400 MB, loops of 10^10 steps, and
+// The templates a hostile tenant's chart adds: a string of 400 MB, loops of 10^9 steps, and
 // a ConfigMap of 2 MiB.
 const (
 	repeatTemplate = `{{ repeat 400000000 "a" }}`
-	untilTemplate  = `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`
+	untilTemplate  = testutil.EndlessLoopTemplate
 	bulkyTemplate  = `apiVersion: v1
 kind: ConfigMap
 metadata:

@@ -59,7 +59,7 @@ func TestHealthzFailsWhileAPassIsStuck(t *testing.T) {
 
 	ns := env.Namespace(t)
 	archive := testutil.PackageChart(t, filepath.Join("..", "..", "charts", charts.ChartDir), "etcd-cluster",
-		map[string][]byte{"templates/loop.yaml": []byte(`{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`)})
+		map[string][]byte{"templates/loop.yaml": []byte(testutil.EndlessLoopTemplate)})
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chart", Namespace: ns}, BinaryData: map[string][]byte{"chart.tgz": archive}}
 	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns},
 		Spec: v1alpha1.EtcdClusterSpec{Chart: v1alpha1.ChartSpec{Source: &v1alpha1.ChartSource{ConfigMap: &v1alpha1.ChartConfigMapSource{Name: "chart"}}}}}

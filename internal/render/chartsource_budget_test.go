@@ -107,7 +107,7 @@ func peakRSS(t *testing.T) int64 {
 func TestARenderAboveTheBudgetIsChartTooExpensive(t *testing.T) {
 	for _, tc := range []struct{ name, template, limit string }{
 		{"repeat", `{{ repeat 400000000 "a" }}`, charts.LimitMemory},
-		{"nested until", `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`, charts.LimitTime},
+		{"nested until", testutil.EndlessLoopTemplate, charts.LimitTime},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := chartCluster(strings.ReplaceAll(tc.name, " ", "-"))

@@ -60,3 +60,9 @@ func PackageChart(t testing.TB, dir, name string, extra map[string][]byte) []byt
 	}
 	return buf.Bytes()
 }
+
+// EndlessLoopTemplate is a chart template whose render runs for hours (10^9 iterations of
+// nested `until` loops) while allocating little: each inner list is 8 KB. A loop over large
+// lists (`until 100000` nested twice) allocates 800 KB per inner pass and, on a busy machine,
+// can outrun the collector into the sandbox's memory limit before its time limit.
+const EndlessLoopTemplate = `{{ range until 1000 }}{{ range until 1000 }}{{ range until 1000 }}{{ end }}{{ end }}{{ end }}`
