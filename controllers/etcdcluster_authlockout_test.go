@@ -76,7 +76,7 @@ func TestClientTLSOffWaitsForAuthOff(t *testing.T) {
 		return nil
 	})
 	runPods(t, ns)
-	publish(f, ns, "https")
+	publish(t, f, ns, "https")
 	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
 	if a := getCluster(t, ns).Status.AuthEnabled; a == nil || *a {
 		t.Fatalf("status.authEnabled is %v before auth is on", a)
@@ -87,7 +87,7 @@ func TestClientTLSOffWaitsForAuthOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every member serves and publishes both: the switch would now leave TLS.
-	publish(f, ns, "https", "http")
+	publish(t, f, ns, "https", "http")
 	c := waitCondition(t, ns, v1alpha1.ConditionDegraded, "True/"+v1alpha1.ReasonAuthStillEnabled)
 	if msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionDegraded).Message; !strings.Contains(msg, "spec.auth.enabled: false") {
 		t.Errorf("Degraded %q does not say how to go on", msg)

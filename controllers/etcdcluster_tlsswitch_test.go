@@ -72,8 +72,11 @@ func updateTLS(t *testing.T, ns string, spec *v1alpha1.TLSSpec) {
 }
 
 // publish makes the fake etcd's members publish client URLs of the schemes given and answer
-// on each. It edits under the fake's lock: the operator reads the fake meanwhile.
-func publish(f *etcd.Fake, ns string, schemes ...string) {
+// on each. It edits under the fake's lock: the operator reads the fake meanwhile. What etcd
+// publishes is no Kubernetes event: it pokes the cluster so that a pass reads it (else the
+// pass that ran just before the edit could stand until the next periodic one).
+func publish(t *testing.T, f *etcd.Fake, ns string, schemes ...string) {
+	t.Helper()
 	f.Edit(func(state *etcd.Cluster, statuses map[string]etcd.MemberStatus) {
 		for i := range state.Members {
 			m := &state.Members[i]
@@ -87,6 +90,7 @@ func publish(f *etcd.Fake, ns string, schemes ...string) {
 			m.ClientURLs = urls
 		}
 	})
+	poke(t, ns)
 }
 
 // TestClientTLSSwitchedOnThroughBoth: a plain cluster given tls.client (no acceptPlain) is
@@ -117,7 +121,7 @@ func TestClientTLSSwitchedOnThroughBoth(t *testing.T) {
 
 	// The members restarted onto both (as the rollout would) and published both in etcd.
 	runPods(t, ns)
-	publish(f, ns, "https", "http")
+	publish(t, f, ns, "https", "http")
 	eventually(t, timeout, "the template to serve TLS only, the operator dialing TLS", func() error {
 		sts := &appsv1.StatefulSet{}
 		if err := getObject(ns, "etcd", sts); err != nil {
@@ -133,7 +137,7 @@ func TestClientTLSSwitchedOnThroughBoth(t *testing.T) {
 		return nil
 	})
 	runPods(t, ns)
-	publish(f, ns, "https")
+	publish(t, f, ns, "https")
 	waitCondition(t, ns, v1alpha1.ConditionReady, "True/"+v1alpha1.ReasonReady)
 	if tr := getCluster(t, ns).Status.TLSTransition; tr != nil {
 		t.Fatalf("status.tlsTransition %+v after the switch", tr)

@@ -183,6 +183,11 @@ func Decide(o Observation) Decision {
 	render := Of(d.Render)
 	if d.NeedMembers {
 		d.Dial = dial(common, tmpl, o.Target)
+		if !target.HTTPS && common.HTTPS {
+			// Leaving TLS: until etcd's member list, and then its authentication state, are
+			// read, the operator keeps presenting its client certificate, its identity in etcd.
+			d.Dial = "https"
+		}
 	} else {
 		d.Dial = dial(common.and(render), common, o.Target)
 	}

@@ -101,6 +101,8 @@ func TestDecide(t *testing.T) {
 		{name: "TLS to plain starts with both, dials TLS", o: world(plain, tlsOn, three(tlsOn), nil), render: both, dial: "https", switching: true},
 		{name: "rolling to both from TLS",
 			o: world(plain, both, []v1alpha1.ClientTLSMode{tlsOn, both, both}, nil), render: both, dial: "https", switching: true},
+		{name: "every pod on both towards plain: etcd's member list is read over TLS",
+			o: world(plain, both, three(both), nil), render: both, dial: "https", needMembers: true, switching: true, msg: "reading etcd's member list"},
 		{name: "every member on both: plain only, dials plain, once etcd reports auth off",
 			o: authOff(world(plain, both, three(both), three(both))), render: plain, dial: "http", switching: true},
 		{name: "every member on both: etcd's auth is read before the operator drops its certificate",
