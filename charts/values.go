@@ -68,6 +68,9 @@ type TLSSideValues struct {
 	Transition string `json:"transition,omitempty"`
 	// AdvertiseTransition (peer side only) makes members advertise the transition listener.
 	AdvertiseTransition bool `json:"advertiseTransition,omitempty"`
+	// PinPeers (peer side only) takes on the peer port only certificates valid for the
+	// members' own DNS names (--peer-cert-allowed-hostname).
+	PinPeers bool `json:"pinPeers,omitempty"`
 }
 
 // OperatorValues is the chart's operator block: what the operator takes over from the chart.

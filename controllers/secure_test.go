@@ -58,7 +58,9 @@ func TestNewClusterIsSecureByDefault(t *testing.T) {
 		}
 		return nil
 	})
-	for flag, want := range map[string]string{"--peer-client-cert-auth": "true", "--trusted-ca-file": "", "--peer-trusted-ca-file": ""} {
+	for flag, want := range map[string]string{"--peer-client-cert-auth": "true", "--trusted-ca-file": "", "--peer-trusted-ca-file": "",
+		// Only the members' certificates speak raft (internal/observe's peer pin test).
+		"--peer-cert-allowed-hostname": "etcd-0.etcd." + ns + ".svc.cluster.local"} {
 		if got := etcdArg(sts, flag); got == "" || (want != "" && got != want) {
 			t.Errorf("%s=%q, want %q (set)", flag, got, want)
 		}

@@ -102,6 +102,15 @@ type PeerTLS struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+	// PinPeers takes on the peer port only certificates valid for the members' own DNS
+	// names (etcd's --peer-cert-allowed-hostname), so that a client certificate signed by
+	// the same CA (the operator's, an application's) cannot speak raft with the members.
+	// Unset: on for clusters created under secure defaults whose peer certificates the
+	// operator or cert-manager issues; off for clusters created before them and for source
+	// Secret (whose certificates must then name the members, as SecretName says). Changing
+	// it restarts the members one at a time.
+	// +optional
+	PinPeers *bool `json:"pinPeers,omitempty"`
 }
 
 // ClientTLS is the client side's TLS.

@@ -446,10 +446,17 @@ func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, 
 }
 
 // peerQuestionCert is the client certificate AskPeer presents on a TLS peer port: one without
-// names, issued now by the cluster's CA when the operator keeps it and the peer bundle
+// names (etcd checks the names of a certificate that has some against the address it
+// connects from), issued now by the cluster's CA when the operator keeps it and the peer bundle
 // trusts it (named false), else the members' own peer certificate (named true).
 func peerQuestionCert(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, peer *corev1.Secret) (certs.KeyPair, bool) {
 	own := certs.KeyPair{Cert: peer.Data[certs.CertKey], Key: peer.Data[certs.KeyKey]}
+	if values.PinPeers(c) {
+		// The peer port takes only certificates that name the members
+		// (--peer-cert-allowed-hostname), and etcd checks that a certificate with names
+		// names the address it connects from, which the operator's is not: a handshake.
+		return own, true
+	}
 	ca := &corev1.Secret{}
 	if err := api.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: v1alpha1.CASecretName(c.Name)}, ca); err != nil {
 		return own, true

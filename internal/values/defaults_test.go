@@ -69,3 +69,44 @@ func TestEffective(t *testing.T) {
 		})
 	}
 }
+
+// TestPinPeers: the peer port is pinned to the members' names for clusters created under
+// secure defaults whose peer certificates the operator or cert-manager issues, never for one
+// created before (its members would restart) or with the user's own Secret, unless the spec
+// says so either way; the chart renders the flag only then.
+func TestPinPeers(t *testing.T) {
+	yes, no := true, false
+	marked := map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
+	peer := func(src v1alpha1.TLSSource, pin *bool) *v1alpha1.TLSSpec {
+		return &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: src, SecretName: "p", PinPeers: pin}}
+	}
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		tls  *v1alpha1.TLSSpec
+		want bool
+	}{
+		{"secure defaults, operator's certificates", marked, peer(v1alpha1.TLSSourceOperator, nil), true},
+		{"secure defaults, cert-manager's", marked, peer(v1alpha1.TLSSourceCertManager, nil), true},
+		{"secure defaults, the user's Secret", marked, peer(v1alpha1.TLSSourceSecret, nil), false},
+		{"the user's Secret, asked for", marked, peer(v1alpha1.TLSSourceSecret, &yes), true},
+		{"created before secure defaults", nil, peer(v1alpha1.TLSSourceOperator, nil), false},
+		{"created before, asked for", nil, peer(v1alpha1.TLSSourceOperator, &yes), true},
+		{"secure defaults, turned off", marked, peer(v1alpha1.TLSSourceOperator, &no), false},
+		{"no peer TLS", marked, &v1alpha1.TLSSpec{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: tc.ann}, Spec: v1alpha1.EtcdClusterSpec{TLS: tc.tls}}
+			if got := PinPeers(c); got != tc.want {
+				t.Errorf("PinPeers = %v, want %v", got, tc.want)
+			}
+			tv, err := tlsValues(c, Phase{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tv != nil && tv.Peer.PinPeers; got != tc.want {
+				t.Errorf("the chart's tls.peer.pinPeers = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

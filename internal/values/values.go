@@ -265,6 +265,9 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
 			out.Peer.SecretName = ""
 		}
 	}
+	if out.Peer.Enabled && t != nil && t.Peer != nil {
+		out.Peer.PinPeers = PinPeers(c)
+	}
 	mode := p.Client
 	if mode == "" {
 		mode = ClientTarget(c)
@@ -291,6 +294,22 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
 		return nil, nil
 	}
 	return out, nil
+}
+
+// PinPeers reports whether the peer port takes only certificates valid for the members' own
+// names (spec.tls.peer.pinPeers): when unset, for clusters created under secure defaults
+// whose peer certificates the operator or cert-manager issues (naming every member), so a
+// client certificate of the same CA cannot speak raft. Clusters created before secure
+// defaults keep their flags (no restart) unless they ask.
+func PinPeers(c *v1alpha1.EtcdCluster) bool {
+	t := c.Spec.TLS
+	if t == nil || t.Peer == nil {
+		return false
+	}
+	if p := t.Peer.PinPeers; p != nil {
+		return *p
+	}
+	return SecureDefaults(c) && t.Peer.Source != v1alpha1.TLSSourceSecret
 }
 
 // networkPolicyValues turns spec.networkPolicy into the chart's networkPolicy block, with the

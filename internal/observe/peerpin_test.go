@@ -1,0 +1,245 @@
+package observe_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
+	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
+)
+
+// TestPinnedPeerPortTakesOnlyPeerCertificates: a cluster created under secure defaults is
+// rendered with --peer-cert-allowed-hostname. Against a real etcd started with the rendered
+// pin and the certificates the operator issues for it, a client certificate of the same CA
+// (the operator's own, as an application's would be) is refused on the peer port, so it
+// cannot speak raft; the members' peer certificate is taken, and so is the short-lived
+// certificate the operator presents when it asks a peer URL which cluster answers there.
+// Without the pin (a cluster created before secure defaults) the client certificate is
+// taken: the test shows the hole it closes.
+func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
+	const ip = "127.0.62.1"
+	secure := pinCluster(map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure})
+	pin := renderedPin(t, secure)
+	if want := "etcd-0.etcd." + secure.Namespace + ".svc.cluster.local"; pin != want {
+		t.Fatalf("--peer-cert-allowed-hostname=%q, want %q", pin, want)
+	}
+	if legacy := renderedPin(t, pinCluster(nil)); legacy != "" {
+		t.Fatalf("a cluster created before secure defaults is pinned (%q): its members would restart", legacy)
+	}
+
+	// The certificates the Operator source issues for this cluster, with the test's address.
+	// etcd checks a peer certificate's names against the address it connects from: on
+	// loopback that is 127.0.0.1.
+	secure.Spec.TLS.ExtraSANs = []string{ip, "127.0.0.1"}
+	want, ok := render.OperatorCertificates(secure, render.TopologyOf(secure, desired(t, secure)))
+	if !ok {
+		t.Fatal("no certificates asked for")
+	}
+	ca, err := certs.NewCA(want.CACommonName, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := map[string]certs.KeyPair{}
+	for _, l := range want.Leaves {
+		if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peer, operator := issued[v1alpha1.PeerTLSSecretName(secure.Name)], issued[v1alpha1.OperatorTLSSecretName(secure.Name)]
+	if peer.Cert == nil || operator.Cert == nil {
+		t.Fatalf("issued %v, want the peer and the operator's client certificate", keys(issued))
+	}
+
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	peerURL := fmt.Sprintf("https://%s:2380", ip)
+	tlsFlags := []string{
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL, "--initial-cluster=m0=" + peerURL,
+		"--peer-cert-file=" + write("peer.crt", peer.Cert), "--peer-key-file=" + write("peer.key", peer.Key),
+		"--peer-trusted-ca-file=" + write("ca.crt", ca.Cert), "--peer-client-cert-auth=true",
+	}
+	etcdproc.Start(t, ip, append(tlsFlags, "--peer-cert-allowed-hostname="+pin)...)
+
+	if err := peerHandshake(peerURL, peer, ca.Cert); err != nil {
+		t.Errorf("the members' peer certificate is refused on the pinned peer port: %v", err)
+	}
+	if err := peerHandshake(peerURL, operator, ca.Cert); err == nil {
+		t.Errorf("the operator's client certificate (no member names) is taken on the pinned peer port: it could speak raft")
+	}
+
+	// AskPeer cannot present a certificate without names (the pin refuses it) nor one with
+	// names (the operator's address is not among them): it completes a handshake with the
+	// members' peer certificate, verifying the member's.
+	s := runtime.NewScheme()
+	_ = corev1.AddToScheme(s)
+	kc := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.PeerTLSSecretName(secure.Name)},
+			Data: map[string][]byte{certs.CertKey: peer.Cert, certs.KeyKey: peer.Key, certs.CAKey: ca.Cert}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.CASecretName(secure.Name)},
+			Data: map[string][]byte{certs.CertKey: ca.Cert, certs.KeyKey: ca.Key}},
+	).Build()
+	id := clusterIDAt(t, ip)
+	if got := observe.AskPeer(context.Background(), kc, kc, 5*time.Second, secure, peerURL, id, v1alpha1.PeerTLSSecretName(secure.Name)); got != "" {
+		t.Errorf("AskPeer on the pinned peer port: %q, want the cluster's answer", got)
+	}
+}
+
+// TestUnpinnedPeerPortTakesAClientCertificate is the hole the pin closes: without
+// --peer-cert-allowed-hostname, etcd takes any certificate its peer CA signed on the peer port.
+func TestUnpinnedPeerPortTakesAClientCertificate(t *testing.T) {
+	const ip = "127.0.62.2"
+	ca, err := certs.NewCA("ca", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := certs.Issue(ca, certs.Request{CommonName: "etcd-peer", DNSNames: []string{"*.etcd.ns.svc"}, IPs: []net.IP{net.ParseIP(ip)}, Server: true, Client: true, Validity: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, err := certs.Issue(ca, certs.Request{CommonName: "app", Client: true, Validity: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"peer.crt": peer.Cert, "peer.key": peer.Key, "ca.crt": ca.Cert} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peerURL := fmt.Sprintf("https://%s:2380", ip)
+	etcdproc.Start(t, ip, "--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL, "--initial-cluster=m0="+peerURL,
+		"--peer-cert-file="+filepath.Join(dir, "peer.crt"), "--peer-key-file="+filepath.Join(dir, "peer.key"),
+		"--peer-trusted-ca-file="+filepath.Join(dir, "ca.crt"), "--peer-client-cert-auth=true")
+	if err := peerHandshake(peerURL, clientCert, ca.Cert); err != nil {
+		t.Fatalf("without the pin a client certificate of the peer CA is refused too (%v): the pinned test proves nothing", err)
+	}
+}
+
+// pinCluster is a 3-member cluster in namespace pin with the Operator source's peer TLS.
+func pinCluster(ann map[string]string) *v1alpha1.EtcdCluster {
+	return &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "pin", UID: "8d1f6c0e-5b7a-4f2e-9c3d-2a1b0e9f8d7c", Annotations: ann},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptr.To[int32](3), Version: "3.6.16",
+			TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceOperator}, Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator}}},
+	}
+}
+
+// renderedPin is --peer-cert-allowed-hostname of the StatefulSet the embedded chart renders
+// for c ("" when absent).
+func renderedPin(t *testing.T, c *v1alpha1.EtcdCluster) string {
+	t.Helper()
+	for _, o := range desired(t, c) {
+		if o.GetKind() != "StatefulSet" {
+			continue
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, sts); err != nil {
+			t.Fatal(err)
+		}
+		args, _ := chartcontract.EtcdContainerArgs(&sts.Spec.Template.Spec)
+		v, _ := args.Get("peer-cert-allowed-hostname")
+		return v
+	}
+	t.Fatal("no StatefulSet rendered")
+	return ""
+}
+
+// desired is what the embedded chart renders for c.
+func desired(t *testing.T, c *v1alpha1.EtcdCluster) []*unstructured.Unstructured {
+	t.Helper()
+	r, err := charts.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Desired(r, c, values.DefaultOperator(), memory.Of(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// peerHandshake completes a TLS handshake with the peer listener at u presenting pair, and
+// then a request, since TLS 1.3 reports a refused client certificate only on the first read.
+func peerHandshake(u string, pair certs.KeyPair, ca []byte) error {
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	host := strings.TrimPrefix(u, "https://")
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", host,
+		&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: strings.Split(host, ":")[0], MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET /members HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
+		return fmt.Errorf("answered %q", buf[:n])
+	}
+	return nil
+}
+
+// clusterIDAt is the cluster ID of the one-member etcd whose client URL is on ip.
+func clusterIDAt(t *testing.T, ip string) uint64 {
+	t.Helper()
+	cl, err := etcd.Dial(context.Background(), []string{fmt.Sprintf("http://%s:2379", ip)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.ClusterID
+}
+
+func keys(m map[string]certs.KeyPair) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
