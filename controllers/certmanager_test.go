@@ -123,7 +123,7 @@ func TestCertManagerSourceAgainstTheAPIServer(t *testing.T) {
 	reqs := map[string]certs.Request{
 		"etcd-peer-tls":            {CommonName: "etcd-peer", DNSNames: dns, Server: true, Client: true, Validity: time.Hour},
 		"etcd-server-tls":          {CommonName: "etcd-server", DNSNames: dns, Server: true, Client: true, Validity: time.Hour},
-		"etcd-operator-client-tls": {CommonName: render.OperatorCommonName, Client: true, Validity: time.Hour},
+		"etcd-operator-client-tls": {CommonName: render.OperatorCommonName(getCluster(t, ns)), Client: true, Validity: time.Hour},
 	}
 	for _, name := range names {
 		p, err := certs.Issue(ca, reqs[name], now)

@@ -475,7 +475,7 @@ func peerQuestionCert(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCl
 		return own, true
 	}
 	pair, err := certs.Issue(certs.KeyPair{Cert: ca.Data[certs.CertKey], Key: ca.Data[certs.KeyKey]},
-		certs.Request{CommonName: render.OperatorCommonName, Client: true, Validity: 10 * time.Minute}, time.Now())
+		certs.Request{CommonName: render.OperatorCommonName(c), Client: true, Validity: 10 * time.Minute}, time.Now())
 	if err != nil {
 		return own, true
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
+	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
 // Defaults of the certificates the operator issues.
@@ -86,13 +87,27 @@ func leavesOf(c *v1alpha1.EtcdCluster, t Topology, s side) []certificates.Leaf {
 		{Secret: v1alpha1.ServerTLSSecretName(c.Name), Request: certs.Request{
 			CommonName: c.Name + "-server", DNSNames: dns, IPs: ips, Server: true, Client: true, Validity: validity}},
 		{Secret: v1alpha1.OperatorTLSSecretName(c.Name), Request: certs.Request{
-			CommonName: OperatorCommonName, Client: true, Validity: validity}},
+			CommonName: OperatorCommonName(c), Client: true, Validity: validity}},
 	}
 }
 
+// LegacyOperatorCommonName is the common name of the operator's client certificate for
+// clusters created before secure defaults: the same for every cluster. Under etcd's
+// authentication it is a user with the root role, so with a CA shared between clusters (one
+// cert-manager ClusterIssuer) one cluster's operator certificate was root on another's etcd.
+const LegacyOperatorCommonName = "etcd-pilot"
+
 // OperatorCommonName is the subject common name of the client certificate the operator
-// presents (etcd takes it as the user name when authentication is on).
-const OperatorCommonName = "etcd-pilot"
+// presents for c; etcd takes it as the user name when authentication is on. A cluster created
+// under secure defaults gets its own, etcd-pilot-<UID>, from the start, so no other
+// cluster's operator certificate names its user even when both come from one CA. A cluster
+// created before keeps LegacyOperatorCommonName: its etcd may know that user only.
+func OperatorCommonName(c *v1alpha1.EtcdCluster) string {
+	if values.SecureDefaults(c) && c.UID != "" {
+		return LegacyOperatorCommonName + "-" + string(c.UID)
+	}
+	return LegacyOperatorCommonName
+}
 
 // memberNames are the names a member is reached by: every pod's DNS name (a wildcard below
 // the headless Service, with and without the cluster domain), the client Service's names, and

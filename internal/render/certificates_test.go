@@ -1,6 +1,7 @@
 package render
 
 import (
+	"k8s.io/apimachinery/pkg/types"
 	"slices"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func TestCertManagerCertificates(t *testing.T) {
 				if got := strs(t, op, "spec", "usages"); !slices.Equal(got, []string{"digital signature", "client auth"}) {
 					t.Errorf("operator usages %v", got)
 				}
-				if str(op, "spec", "commonName") != OperatorCommonName || len(strs(t, op, "spec", "dnsNames")) != 0 {
+				if str(op, "spec", "commonName") != LegacyOperatorCommonName || len(strs(t, op, "spec", "dnsNames")) != 0 {
 					t.Errorf("operator certificate: %v", op.Object["spec"])
 				}
 				dns := strs(t, server, "spec", "dnsNames")
@@ -150,5 +151,59 @@ func TestClusterIssuersOnlyWhereTheAdminAllowsThem(t *testing.T) {
 	ns := testutil.CertManagerCluster(func(s *v1alpha1.TLSSpec) { s.Client.IssuerRef = &v1alpha1.IssuerReference{Name: "ca"} })
 	if p := ClusterIssuerProblem(CertManagerLeaves(ns, TopologyOf(ns, nil)), false); p != "" {
 		t.Fatalf("namespaced issuers: %q", p)
+	}
+}
+
+// TestOperatorCommonNameIsPerCluster: under secure defaults the operator's client certificate
+// names its own cluster (etcd-pilot-<UID>), in what the Operator source issues and in what
+// cert-manager is asked for, so two clusters on one CA never share the operator's etcd user;
+// a cluster created before keeps the name its etcd knows.
+func TestOperatorCommonNameIsPerCluster(t *testing.T) {
+	legacy := func() *v1alpha1.EtcdCluster {
+		return &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "team-a", UID: "uid-1"},
+			Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}}}}
+	}
+	marked := func(uid string) *v1alpha1.EtcdCluster {
+		c := legacy()
+		c.UID = types.UID(uid)
+		c.Annotations = map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
+		return c
+	}
+	a, b := marked("6f1c2a9e-0d4b-4e8a-9f3c-1b2d3e4f5a6b"), marked("0a9b8c7d-6e5f-4a3b-8c1d-0e9f8a7b6c5d")
+	if got := OperatorCommonName(a); got != "etcd-pilot-6f1c2a9e-0d4b-4e8a-9f3c-1b2d3e4f5a6b" {
+		t.Errorf("OperatorCommonName = %q", got)
+	}
+	if OperatorCommonName(a) == OperatorCommonName(b) {
+		t.Errorf("two clusters share the operator's user %q", OperatorCommonName(a))
+	}
+	if got := OperatorCommonName(legacy()); got != LegacyOperatorCommonName {
+		t.Errorf("a cluster from before secure defaults gets %q, want %q (its etcd knows that user)", got, LegacyOperatorCommonName)
+	}
+	if n := len(OperatorCommonName(a)); n > 64 {
+		t.Errorf("the common name is %d characters: X.509 allows 64", n)
+	}
+	want, ok := OperatorCertificates(a, TopologyOf(a, nil))
+	if !ok {
+		t.Fatal("no certificates")
+	}
+	found := false
+	for _, l := range want.Leaves {
+		if l.Secret == v1alpha1.OperatorTLSSecretName(a.Name) {
+			found = l.Request.CommonName == OperatorCommonName(a)
+		}
+	}
+	if !found {
+		t.Errorf("the Operator source issues the operator's certificate without the cluster's name: %+v", want.Leaves)
+	}
+	a.Spec.TLS.Client.Source = v1alpha1.TLSSourceCertManager
+	a.Spec.TLS.Client.IssuerRef = &v1alpha1.IssuerReference{Name: "shared", Kind: "ClusterIssuer"}
+	found = false
+	for _, l := range CertManagerLeaves(a, TopologyOf(a, nil)) {
+		if l.Leaf.Secret == v1alpha1.OperatorTLSSecretName(a.Name) {
+			found = l.Leaf.Request.CommonName == OperatorCommonName(a)
+		}
+	}
+	if !found {
+		t.Errorf("cert-manager is asked for the operator's certificate without the cluster's name")
 	}
 }
