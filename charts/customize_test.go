@@ -242,7 +242,7 @@ func TestSchemaRefusesWhatRestrictedForbids(t *testing.T) {
 		{"nfs volume", map[string]any{"extraVolumes": []any{map[string]any{"name": "share", "nfs": map[string]any{"server": "nas", "path": "/"}}}},
 			[]string{"/extraVolumes/0", "nfs"}},
 		{"volume named data", map[string]any{"extraVolumes": []any{map[string]any{"name": "data", "emptyDir": map[string]any{}}}},
-			[]string{"/extraVolumes/0/name", "data, peer-tls and client-tls"}},
+			[]string{"/extraVolumes/0/name", "data, peer-tls, client-tls and client-crl"}},
 		{"mount over the data", map[string]any{"extraVolumeMounts": []any{map[string]any{"name": "x", "mountPath": "/var/lib/etcd/data"}}},
 			[]string{"/extraVolumeMounts/0/mountPath", "outside /var/lib/etcd"}},
 		{"mount over the certificates", map[string]any{"extraVolumeMounts": []any{map[string]any{"name": "x", "mountPath": "/etc/etcd/tls"}}},

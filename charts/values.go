@@ -63,6 +63,9 @@ type TLSSideValues struct {
 	ClientCertAuth *bool `json:"clientCertAuth,omitempty"`
 	// AcceptPlain (client side only) serves plain HTTP on the client port beside TLS.
 	AcceptPlain bool `json:"acceptPlain,omitempty"`
+	// CRLSecretName (client side only) is the Secret with the revocation list (crl.der) the
+	// members check client certificates against.
+	CRLSecretName string `json:"crlSecretName,omitempty"`
 	// Transition (peer side only) is the scheme of a second peer listener on the transition
 	// port ("", http or https), while the operator switches the peer side of a live cluster.
 	Transition string `json:"transition,omitempty"`

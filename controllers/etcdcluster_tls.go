@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
@@ -99,6 +100,11 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		ca := observed[want.CASecret]
 		c.Status.TrustGeneration = ca.Generation
 		c.Status.CARotation = certificates.Rotation(observed, want.CASecret)
+		listed, err := r.reconcileRevocations(ctx, c, certs.KeyPair{Cert: ca.Cert, Key: ca.Key}, now)
+		if err != nil {
+			return nil, err
+		}
+		c.Status.ClientRevocationList = listed
 	}
 	if cmErr != nil {
 		return nil, cmErr
@@ -123,4 +129,36 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 	expiries = append(expiries, exp...)
 	c.Status.Certificates = status.Certificates(expiries)
 	return cfg, nil
+}
+
+// reconcileRevocations revokes the application client certificates the spec no longer lists
+// (their serial numbers into the revocation list, then their Secrets deleted) and keeps the
+// list, signed by ca, once the spec has listed any. It reports whether the list exists. It
+// plans from the cache, and before writing reads past it and plans again.
+func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, now time.Time) (bool, error) {
+	want := render.Revocations(c)
+	for pass, rd := range []client.Reader{r.Client, r.apiReader()} {
+		crl, err := observe.ReadCRL(ctx, rd, c.Namespace, want.CRLSecret)
+		if err != nil {
+			return false, err
+		}
+		secrets, err := observe.ReadClientSecrets(ctx, rd, c, now)
+		if err != nil {
+			return false, err
+		}
+		steps := certificates.PlanRevocations(want, crl.Entries, crl.Exists(), secrets, now)
+		if len(steps) == 0 {
+			return crl.Exists(), nil
+		}
+		if pass == 0 {
+			continue
+		}
+		for _, s := range steps {
+			if err := r.exec.Revoke(ctx, c, ca, crl, s, now); err != nil {
+				return false, err
+			}
+		}
+		return certificates.KeepsList(want, crl.Exists(), secrets), nil
+	}
+	return false, nil
 }

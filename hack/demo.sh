@@ -54,19 +54,22 @@ step "start the local cluster"
 
 x() { "$local_bin" exec --dir "$dir" -- "$@"; }
 certs=$(mkdir -p "$dir/certs" && cd "$dir/certs" && pwd)
-# client_cert CLUSTER: a client certificate for the demo, signed with the CA the operator keeps
-# for the cluster (<name>-ca): a cluster is secure by default (TLS with client-certificate
-# authentication), so etcdctl needs one. The CA's key is used here and removed.
+# client_cert CLUSTER: the demo's client certificate for CLUSTER, which the operator issues
+# on request (spec.tls.client.certificates: [{name: app}] into the Secret <name>-client-app):
+# a cluster is secure by default (TLS with client-certificate authentication), so etcdctl
+# needs one, and nobody needs the CA's key for it.
 client_cert() {
   local d="$certs/$1"
   mkdir -p "$d"
-  x kubectl get secret "$1-ca" -n "$ns" -o jsonpath='{.data.tls\.crt}' | base64 -d >"$d/ca.crt"
-  x kubectl get secret "$1-ca" -n "$ns" -o jsonpath='{.data.tls\.key}' | base64 -d >"$d/ca.key"
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=demo-client" \
-    -keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
-  openssl x509 -req -in "$d/client.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 1 \
-    -extfile <(printf 'extendedKeyUsage=clientAuth\n') -out "$d/client.crt" 2>/dev/null
-  rm -f "$d/ca.key" "$d/client.csr"
+  local secret="$1-client-app"
+  local deadline=$(( $(date +%s) + 60 ))
+  until x kubectl get secret "$secret" -n "$ns" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -gt "$deadline" ]; then echo "Secret $secret did not appear within 60s"; exit 1; fi
+    sleep 0.5
+  done
+  x kubectl get secret "$secret" -n "$ns" -o jsonpath='{.data.ca\.crt}' | base64 -d >"$d/ca.crt"
+  x kubectl get secret "$secret" -n "$ns" -o jsonpath='{.data.tls\.crt}' | base64 -d >"$d/client.crt"
+  x kubectl get secret "$secret" -n "$ns" -o jsonpath='{.data.tls\.key}' | base64 -d >"$d/client.key"
 }
 # etcdctl_of CLUSTER ARGS...: etcdctl with the demo's client certificate for CLUSTER.
 etcdctl_of() {
@@ -127,6 +130,7 @@ spec:
   replicas: 3
   version: "3.7.3"
   bootstrap: {fromBackup: {name: $name-by-hand}}
+  tls: {client: {certificates: [{name: app}]}}
 EOF
 x kubectl apply -f "$dir/restored.yaml" >/dev/null
 x kubectl wait --for=condition=Available --timeout=180s "etcdcluster/$name-restored" -n "$ns" >/dev/null

@@ -101,6 +101,8 @@ func parityRows() []parityRow {
 		{path: "spec.storage", message: "storage.size cannot be changed after creation", old: `{"storage":{"size":"1Gi"}}`, spec: `{"storage":{"size":"2Gi"}}`, noGo: whyTransition},
 		{path: "spec.storage", message: "storage.storageClassName has no effect with storage.ephemeral: true", spec: `{"storage":{"ephemeral":true,"storageClassName":"fast"}}`},
 		{path: "spec.tls", message: "tls.peer.secretName is required with source Secret", spec: `{"tls":{"peer":{"source":"Secret"}}}`},
+		{path: "spec.tls", message: "tls.client.certificates needs source Operator", spec: `{"tls":{"client":{"source":"CertManager","issuerRef":{"name":"ca"},"certificates":[{"name":"app"}]}}}`},
+		{path: "spec.tls.client.certificates[].name", message: "may not start with etcd-pilot", spec: `{"tls":{"client":{"certificates":[{"name":"etcd-pilot-x"}]}}}`},
 		{path: "spec.tls", message: "are required with source Secret", spec: `{"tls":{"client":{"source":"Secret","secretName":"s"}}}`, noGo: whyTLS},
 		{path: "spec.tls", message: "tls.renewBefore must be shorter than tls.certificateDuration", spec: `{"tls":{"peer":{},"renewBefore":"3000h"}}`, noGo: whyTLS},
 		{path: "spec.tls", message: "tls.peer.issuerRef goes with source CertManager", spec: `{"tls":{"peer":{"source":"CertManager"}}}`, noGo: whyTLS},

@@ -641,6 +641,12 @@ type EtcdClusterStatus struct {
 	// +optional
 	TrustGeneration int64 `json:"trustGeneration,omitempty"`
 
+	// ClientRevocationList is true once the revocation list of the application client
+	// certificates (Secret <name>-crl, spec.tls.client.certificates) exists: from then on the
+	// members read it (--client-crl-file), also after the last entry is removed.
+	// +optional
+	ClientRevocationList bool `json:"clientRevocationList,omitempty"`
+
 	// CARotation says where a CA rotation stands; empty when none runs.
 	// +optional
 	CARotation string `json:"caRotation,omitempty"`

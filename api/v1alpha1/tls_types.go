@@ -56,6 +56,7 @@ type IssuerReference struct {
 // README's "Turning TLS on and off").
 // +kubebuilder:validation:XValidation:rule="!has(self.peer) || !has(self.peer.source) || self.peer.source != 'Secret' || has(self.peer.secretName)",message="tls.peer.secretName is required with source Secret: name a Secret with tls.crt, tls.key and ca.crt"
 // +kubebuilder:validation:XValidation:rule="!has(self.client) || !has(self.client.source) || self.client.source != 'Secret' || (has(self.client.secretName) && has(self.client.operatorSecretName))",message="tls.client.secretName (the members' server certificate) and tls.client.operatorSecretName (the client certificate the operator presents) are required with source Secret"
+// +kubebuilder:validation:XValidation:rule="!has(self.client) || !has(self.client.certificates) || size(self.client.certificates) == 0 || !has(self.client.source) || self.client.source == 'Operator'",message="tls.client.certificates needs source Operator (the operator keeps the CA and the revocation list): with source CertManager ask your issuer for your clients' certificates (a Certificate naming it), with source Secret issue them yourself"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) < (has(self.certificateDuration) ? duration(self.certificateDuration) : duration('2160h'))",message="tls.renewBefore must be shorter than tls.certificateDuration (default 2160h)"
 // +kubebuilder:validation:XValidation:rule="!has(self.peer) || (has(self.peer.source) && self.peer.source == 'CertManager') == has(self.peer.issuerRef)",message="tls.peer.issuerRef goes with source CertManager, and only with it: name the cert-manager Issuer or ClusterIssuer that signs the peer certificates, or remove issuerRef for the other sources"
 // +kubebuilder:validation:XValidation:rule="!has(self.client) || (has(self.client.source) && self.client.source == 'CertManager') == has(self.client.issuerRef)",message="tls.client.issuerRef goes with source CertManager, and only with it: name the cert-manager Issuer or ClusterIssuer that signs the server and client certificates, or remove issuerRef for the other sources"
@@ -147,6 +148,31 @@ type ClientTLS struct {
 	// be set while auth is enabled.
 	// +optional
 	AcceptPlain bool `json:"acceptPlain,omitempty"`
+	// Certificates (source Operator) are client certificates the operator keeps for your
+	// applications, so that nobody needs the CA's key: each is issued from the cluster's CA
+	// into the Secret <cluster>-client-<name> (tls.crt, tls.key, and ca.crt to verify the
+	// members), with the common name <name> (the etcd user it authenticates as under
+	// spec.auth), and renewed like the members' certificates. Removing an entry revokes its
+	// certificates (the current one and those renewals replaced): their serial numbers go
+	// into a revocation list (Secret <cluster>-crl) the members check on every TLS
+	// connection, then its Secret is deleted. The members read the list from the first entry
+	// on (they restart once for it) and keep reading it.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Certificates []ClientCertificate `json:"certificates,omitempty"`
+}
+
+// ClientCertificate is a client certificate the operator keeps for an application.
+type ClientCertificate struct {
+	// Name is the certificate's common name (the etcd user it authenticates as) and names
+	// its Secret, <cluster>-client-<name>. Names starting with etcd-pilot are the operator's.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('etcd-pilot')",message="tls.client.certificates[].name may not start with etcd-pilot: that is the operator's own identity"
+	Name string `json:"name"`
 }
 
 // ClientTLSMode is what a member's client port serves.
@@ -233,6 +259,18 @@ func ServerTLSSecretName(cluster string) string { return cluster + "-server-tls"
 // Certificate).
 func OperatorTLSSecretName(cluster string) string { return cluster + "-operator-client-tls" }
 
+// ClientCertificateSecretName is the Secret of the application client certificate name of
+// spec.tls.client.certificates.
+func ClientCertificateSecretName(cluster, name string) string { return cluster + "-client-" + name }
+
+// ClientCRLSecretName is the Secret with the revocation list of the cluster's client
+// certificates (crl.der), which the members read on every TLS connection.
+func ClientCRLSecretName(cluster string) string { return cluster + "-crl" }
+
+// LabelClientCertificate is on the Secret of an application client certificate the operator
+// keeps: the entry's name in spec.tls.client.certificates.
+const LabelClientCertificate = "etcdpilot.io/client-certificate"
+
 // CertificateStatus is one certificate of spec.tls.
 type CertificateStatus struct {
 	// Secret holds the certificate.
@@ -270,4 +308,10 @@ const (
 	// AnnotationRotationRequest is on the CA Secret: the value of AnnotationRotateCA whose
 	// rotation it started.
 	AnnotationRotationRequest = "etcdpilot.io/rotation-request"
+	// AnnotationIssuedSerials is on the Secret of an application client certificate: the
+	// certificates issued into it before the current one that have not expired (serial/unix
+	// expiry, comma-separated), revoked with it when its entry is removed.
+	AnnotationIssuedSerials = "etcdpilot.io/issued-serials"
+	// AnnotationCRLNumber is on the revocation list's Secret: the number of the list it holds.
+	AnnotationCRLNumber = "etcdpilot.io/crl-number"
 )

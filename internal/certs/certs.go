@@ -6,6 +6,7 @@ package certs
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -26,9 +27,13 @@ import (
 // Keys of a kubernetes.io/tls Secret, with the trust bundle under ca.crt as cert-manager
 // writes it.
 const (
-	CertKey = "tls.crt"
-	KeyKey  = "tls.key"
-	CAKey   = "ca.crt"
+	// CRLKey and RevokedKey are the revocation list's Secret's keys: the list in DER (what
+	// the members read) and the entries it is written from (JSON).
+	CRLKey     = "crl.der"
+	RevokedKey = "revoked"
+	CertKey    = "tls.crt"
+	KeyKey     = "tls.key"
+	CAKey      = "ca.crt"
 )
 
 // Keys of the next CA in the CA Secret during a rotation.
@@ -275,3 +280,34 @@ func newSerial() (*big.Int, error) {
 	}
 	return s, nil
 }
+
+// RevocationList is a certificate revocation list in DER (etcd's --client-crl-file reads
+// DER), signed by ca, listing the serial numbers given in hexadecimal, as revoked at now.
+// number orders lists (a CRL's number grows with each one issued). etcd reads only the
+// serial numbers; the signature and the next update are for other readers.
+func RevocationList(ca KeyPair, serials []string, number int64, now time.Time) ([]byte, error) {
+	caCert, caKey, err := parsePair(ca)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the CA: %w", err)
+	}
+	signer, ok := caKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("the CA's key cannot sign")
+	}
+	tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: now.Add(-backdate), NextUpdate: now.Add(7 * 24 * time.Hour)}
+	for _, s := range serials {
+		n, ok := new(big.Int).SetString(s, 16)
+		if !ok {
+			return nil, fmt.Errorf("serial number %q is not hexadecimal", s)
+		}
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, x509.RevocationListEntry{SerialNumber: n, RevocationTime: now})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, caCert, signer)
+	if err != nil {
+		return nil, fmt.Errorf("failed to sign the revocation list: %w", err)
+	}
+	return der, nil
+}
+
+// Serial is a certificate's serial number in hexadecimal, as RevocationList takes it.
+func Serial(c *x509.Certificate) string { return c.SerialNumber.Text(16) }

@@ -54,7 +54,13 @@ func TestRenderInsecureIsPlain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := strings.Replace(string(b), "spec:\n", "spec:\n  insecure: true\n", 1)
+	// The sample's spec.tls (its application certificate) removed: spec.insecure is plain
+	// only where spec.tls names no side.
+	tlsBlock := "  tls:\n    client:\n      certificates:\n        - name: app\n"
+	if !strings.Contains(string(b), tlsBlock) {
+		t.Fatalf("the sample has no application certificate block %q", tlsBlock)
+	}
+	in := strings.Replace(strings.Replace(string(b), tlsBlock, "", 1), "spec:\n", "spec:\n  insecure: true\n", 1)
 	out, errOut, code := run(t, in, "render", "-f", "-")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)

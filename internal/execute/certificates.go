@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/apply"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
@@ -52,6 +54,15 @@ func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 			bundle = caMat.Cert
 		}
 		m = certificates.Material{Cert: pair.Cert, Key: pair.Key, CA: bundle}
+		if s.Leaf.Application != "" {
+			// The certificate replaced stays valid until it expires: keep it with the
+			// Secret, so that removing the entry revokes it too.
+			issued := certificates.ParseIssued(observed[s.Secret].Issued)
+			if prev, err := certs.Parse(observed[s.Secret].Cert); err == nil {
+				issued = append(issued, certificates.Revoked{Serial: certs.Serial(prev), NotAfter: prev.NotAfter})
+			}
+			m.Issued = certificates.FormatIssued(issued, now)
+		}
 	case certificates.StartCARotation:
 		cur := observed[want.CASecret]
 		next, err := certs.NewCA(want.CACommonName, now, want.CAValidity)
@@ -83,7 +94,7 @@ func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 	}
 	// Created when this pass did not see it, else replaced only if unchanged since.
 	m.ResourceVersion = observed[s.Secret].ResourceVersion
-	if err := x.writeTLSSecret(ctx, c, s.Secret, m); err != nil {
+	if err := x.writeTLSSecret(ctx, c, s.Secret, s.Leaf.Application, m); err != nil {
 		return err
 	}
 	observed[s.Secret] = m
@@ -103,12 +114,18 @@ func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 
 // writeTLSSecret creates or replaces a kubernetes.io/tls Secret the operator keeps, owned by
 // the cluster and labelled so the operator's cache sees it.
-func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, name string, m certificates.Material) error {
+func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, name, application string, m certificates.Material) error {
 	sec := &corev1.Secret{
 		// Owned by the cluster: it goes with it, and is kept as long as the cluster is.
 		ObjectMeta: render.OwnedSecretMeta(c, name),
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{certs.CertKey: m.Cert, certs.KeyKey: m.Key, certs.CAKey: m.CA},
+	}
+	if application != "" {
+		sec.Labels[v1alpha1.LabelClientCertificate] = application
+		if m.Issued != "" {
+			sec.Annotations = map[string]string{v1alpha1.AnnotationIssuedSerials: m.Issued}
+		}
 	}
 	if len(m.NextCert) > 0 {
 		sec.Data[certs.NextCertKey], sec.Data[certs.NextKeyKey] = m.NextCert, m.NextKey
@@ -146,7 +163,7 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 	for k, v := range sec.Labels {
 		cur.Labels[k] = v
 	}
-	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest} {
+	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials} {
 		delete(cur.Annotations, k)
 	}
 	for k, v := range sec.Annotations {
@@ -216,5 +233,63 @@ func (x *Executor) PruneCertificates(ctx context.Context, c *v1alpha1.EtcdCluste
 		}
 		x.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "CertificateDeleted", "DeleteCertificate", "Deleted cert-manager Certificate %s: its side no longer uses source CertManager", cert.GetName())
 	}
+	return nil
+}
+
+// Revoke carries out one step of the revocation plan (certificates.PlanRevocations): it
+// writes the revocation list, signed by the CA in ca, or deletes the Secret of a certificate
+// the spec no longer lists. crl is the list's Secret as the plan read it; a write replaces
+// it only if unchanged since. Like every step, it ends on Done.
+func (x *Executor) Revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, crl observe.CRL, s certificates.RevocationStep, now time.Time) error {
+	err := x.revoke(ctx, c, ca, crl, s, now)
+	x.Done(c, plan.Kind(s.Kind), err)
+	return err
+}
+
+func (x *Executor) revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, crl observe.CRL, s certificates.RevocationStep, now time.Time) error {
+	switch s.Kind {
+	case certificates.DeleteClientSecret:
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: s.Secret}}
+		if err := x.Client.Delete(ctx, sec); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("failed to delete Secret %s/%s: %w", c.Namespace, s.Secret, err)
+		}
+	case certificates.WriteCRL:
+		serials := make([]string, 0, len(s.Entries))
+		for _, e := range s.Entries {
+			serials = append(serials, e.Serial)
+		}
+		number := crl.Number + 1
+		der, err := certs.RevocationList(ca, serials, number, now)
+		if err != nil {
+			return err
+		}
+		entries, err := json.Marshal(s.Entries)
+		if err != nil {
+			return err
+		}
+		sec := &corev1.Secret{ObjectMeta: render.OwnedSecretMeta(c, s.Secret), Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{certs.CRLKey: der, certs.RevokedKey: entries}}
+		sec.Annotations = map[string]string{v1alpha1.AnnotationCRLNumber: strconv.FormatInt(number, 10)}
+		if !crl.Exists() {
+			if err := x.Client.Create(ctx, sec); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("Secret %s/%s appeared since it was read; looking again", c.Namespace, s.Secret)
+				}
+				return fmt.Errorf("failed to create Secret %s/%s: %w", c.Namespace, s.Secret, err)
+			}
+		} else {
+			// Only if it is still the list this pass planned from: a list written since
+			// may carry a serial this one lacks.
+			sec.ResourceVersion = crl.ResourceVersion
+			if err := x.Client.Update(ctx, sec); err != nil {
+				return fmt.Errorf("failed to write Secret %s/%s: %w", c.Namespace, s.Secret, err)
+			}
+		}
+	default:
+		return fmt.Errorf("unknown revocation step %q", s.Kind)
+	}
+	// Names of Secrets only: never their contents.
+	x.Recorder.Eventf(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: s.Secret}}, corev1.EventTypeNormal,
+		string(s.Kind), string(s.Kind), "%s: Secret %s (%s)", s.Kind, s.Secret, s.Reason)
 	return nil
 }

@@ -12,6 +12,7 @@
 //     each step it takes.
 //   - TrustGeneration and CARotation are read from the CA Secret the operator keeps, which
 //     only the executor writes; the pass records them in status after the certificates step.
+//     So is ClientRevocationList, from the revocation list's Secret.
 //   - AuthEnabled is what etcd last answered of its authentication, recorded by status.Set.
 //   - ExtraKinds are the kinds beyond the built-in ones the chart rendered, recorded before
 //     the first object of a kind is applied, so a later pass can prune them.
@@ -43,6 +44,9 @@ type Memory struct {
 	TrustGeneration int64
 	// CARotation says where a CA rotation stands ("" when none runs).
 	CARotation string
+	// ClientRevocationList is whether the revocation list of the application client
+	// certificates exists: the members then read it.
+	ClientRevocationList bool
 	// Restore is the latest restore's record (nil when there was none).
 	Restore *v1alpha1.RestoreStatus
 	// ExtraKinds are the kinds beyond the built-in ones rendered so far (apiVersion/Kind).
@@ -59,12 +63,13 @@ func (m Memory) Formed() bool { return m.ClusterID != "" }
 func Of(c *v1alpha1.EtcdCluster) Memory {
 	s := c.Status
 	m := Memory{
-		ClusterID:       s.ClusterID,
-		Running:         versions.Running{ClusterVersion: s.ClusterVersion, Lowest: s.CurrentVersion, LegacyLog: s.LegacyLogIndex != 0},
-		LegacyLogIndex:  s.LegacyLogIndex,
-		TrustGeneration: s.TrustGeneration,
-		CARotation:      s.CARotation,
-		ExtraKinds:      append([]string(nil), s.ExtraKinds...),
+		ClusterID:            s.ClusterID,
+		Running:              versions.Running{ClusterVersion: s.ClusterVersion, Lowest: s.CurrentVersion, LegacyLog: s.LegacyLogIndex != 0},
+		LegacyLogIndex:       s.LegacyLogIndex,
+		TrustGeneration:      s.TrustGeneration,
+		CARotation:           s.CARotation,
+		ClientRevocationList: s.ClientRevocationList,
+		ExtraKinds:           append([]string(nil), s.ExtraKinds...),
 	}
 	if s.AuthEnabled != nil {
 		on := *s.AuthEnabled

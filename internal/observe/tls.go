@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -74,7 +75,7 @@ func ReadTLSSecret(ctx context.Context, rd client.Reader, namespace, name string
 	}
 	m := certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey],
 		NextCert: s.Data[certs.NextCertKey], NextKey: s.Data[certs.NextKeyKey], RotationRequest: s.Annotations[v1alpha1.AnnotationRotationRequest],
-		ResourceVersion: s.ResourceVersion}
+		Issued: s.Annotations[v1alpha1.AnnotationIssuedSerials], ResourceVersion: s.ResourceVersion}
 	m.Generation, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
 	return m, true, nil
 }
@@ -363,4 +364,65 @@ func ClusterCertificates(ctx context.Context, api client.Reader, c *v1alpha1.Etc
 		return nil, fmt.Errorf("failed to list the Certificates of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return list, nil
+}
+
+// ReadClientSecrets reads the Secrets of the application client certificates the operator
+// keeps for c (spec.tls.client.certificates, labelled with the entry's name), each with every
+// certificate issued into it that has not expired at now: the current one and those its
+// renewals replaced.
+func ReadClientSecrets(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster, now time.Time) ([]certificates.ClientSecret, error) {
+	list := &corev1.SecretList{}
+	if err := rd.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue},
+		client.HasLabels{v1alpha1.LabelClientCertificate}); err != nil {
+		return nil, fmt.Errorf("failed to list the client certificates' Secrets: %w", err)
+	}
+	var out []certificates.ClientSecret
+	for i := range list.Items {
+		s := &list.Items[i]
+		cs := certificates.ClientSecret{Secret: s.Name, Name: s.Labels[v1alpha1.LabelClientCertificate], Issued: certificates.ParseIssued(s.Annotations[v1alpha1.AnnotationIssuedSerials])}
+		if leaf, err := certs.Parse(s.Data[certs.CertKey]); err == nil {
+			cs.Issued = append(cs.Issued, certificates.Revoked{Serial: certs.Serial(leaf), NotAfter: leaf.NotAfter})
+		}
+		var live []certificates.Revoked
+		for _, r := range cs.Issued {
+			if r.NotAfter.After(now) {
+				live = append(live, r)
+			}
+		}
+		cs.Issued = live
+		out = append(out, cs)
+	}
+	return out, nil
+}
+
+// CRL is the revocation list's Secret as read: its entries, the list's number and the
+// Secret's resourceVersion ("" when it does not exist).
+type CRL struct {
+	Entries         []certificates.Revoked
+	Number          int64
+	ResourceVersion string
+}
+
+// Exists reports whether the list's Secret exists.
+func (l CRL) Exists() bool { return l.ResourceVersion != "" }
+
+// ReadCRL reads the revocation list's Secret name: the entries it keeps (data key revoked,
+// JSON), from which crl.der is written.
+func ReadCRL(ctx context.Context, rd client.Reader, namespace, name string) (CRL, error) {
+	s := &corev1.Secret{}
+	err := rd.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		return CRL{}, nil
+	}
+	if err != nil {
+		return CRL{}, fmt.Errorf("failed to get Secret %s/%s: %w", namespace, name, err)
+	}
+	l := CRL{ResourceVersion: s.ResourceVersion}
+	l.Number, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationCRLNumber], 10, 64)
+	if b := s.Data[certs.RevokedKey]; len(b) > 0 {
+		if err := json.Unmarshal(b, &l.Entries); err != nil {
+			return CRL{}, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s holds a revocation list the operator cannot read (%v): it does not replace it, since it would forget revoked certificates; restore it or delete it (its certificates are then valid again until the next removal)", namespace, name, err)}
+		}
+	}
+	return l, nil
 }

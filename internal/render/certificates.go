@@ -36,8 +36,27 @@ func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology) (certificates.Wan
 	}
 	if cl := spec.Client; cl != nil && SourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
 		want.Leaves = append(want.Leaves, leavesOf(c, t, sideClient)...)
+		validity, _ := LeafTimes(c)
+		for _, a := range cl.Certificates {
+			want.Leaves = append(want.Leaves, certificates.Leaf{Secret: v1alpha1.ClientCertificateSecretName(c.Name, a.Name), Application: a.Name,
+				Request: certs.Request{CommonName: a.Name, Client: true, Validity: validity}})
+		}
 	}
 	return want, len(want.Leaves) > 0
+}
+
+// Revocations is what the spec asks of the revocation list of application client
+// certificates (spec.tls.client.certificates, source Operator).
+func Revocations(c *v1alpha1.EtcdCluster) certificates.RevocationWant {
+	w := certificates.RevocationWant{CRLSecret: v1alpha1.ClientCRLSecretName(c.Name), Wanted: map[string]bool{}}
+	if t := c.Spec.TLS; t != nil && t.Client != nil && SourceOf(t.Client.Source) == v1alpha1.TLSSourceOperator {
+		w.Revokes = true
+		for _, a := range t.Client.Certificates {
+			w.Wanted[v1alpha1.ClientCertificateSecretName(c.Name, a.Name)] = true
+		}
+		w.Asked = len(w.Wanted) > 0
+	}
+	return w
 }
 
 // SourceOf is a side's source, Operator when unset (the API's default).

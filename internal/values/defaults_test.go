@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 )
 
 func TestEffective(t *testing.T) {
@@ -100,7 +101,7 @@ func TestPinPeers(t *testing.T) {
 			if got := PinPeers(c); got != tc.want {
 				t.Errorf("PinPeers = %v, want %v", got, tc.want)
 			}
-			tv, err := tlsValues(c, Phase{})
+			tv, err := tlsValues(c, Phase{}, memory.Memory{})
 			if err != nil {
 				t.Fatal(err)
 			}

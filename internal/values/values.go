@@ -217,7 +217,7 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (ch
 			v.Etcd.ExtraArgs[k] = string(val)
 		}
 	}
-	tv, err := tlsValues(c, p)
+	tv, err := tlsValues(c, p, m)
 	if err != nil {
 		return charts.Values{}, err
 	}
@@ -240,7 +240,7 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (ch
 // are those named after the cluster (the operator writes them for the Operator source,
 // cert-manager for CertManager) or the user's (Secret source). The client side serves what
 // phase p says.
-func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
+func tlsValues(c *v1alpha1.EtcdCluster, p Phase, m memory.Memory) (*charts.TLSValues, error) {
 	t := c.Spec.TLS
 	out := &charts.TLSValues{}
 	if t != nil && t.Peer != nil {
@@ -282,6 +282,13 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase) (*charts.TLSValues, error) {
 			}
 			auth := cl.ClientCertAuth == nil || *cl.ClientCertAuth
 			out.Client.ClientCertAuth = &auth
+			operator := cl.Source == "" || cl.Source == v1alpha1.TLSSourceOperator
+			if operator && (len(cl.Certificates) > 0 || m.ClientRevocationList) {
+				// Application certificates the operator keeps can be revoked: the members
+				// read the list from the first one on, and keep reading it (its Secret is
+				// written before the StatefulSet in the same pass).
+				out.Client.CRLSecretName = v1alpha1.ClientCRLSecretName(c.Name)
+			}
 		case p.LiveClient != nil && p.LiveClient.SecretName != "":
 			out.Client.SecretName, out.Client.ClientCertAuth = p.LiveClient.SecretName, p.LiveClient.ClientCertAuth
 		default:
@@ -473,6 +480,9 @@ var (
 // messages), for objects stored before a rule existed; api/v1alpha1's parity test keeps the
 // two in step. Rules on parts the render does not read (TLS Secrets, backups, bootstrap,
 // auth) are checked where those parts are used.
+// clientCertificateName is the pattern of spec.tls.client.certificates[].name.
+var clientCertificateName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$`)
+
 func checkSpec(s v1alpha1.EtcdClusterSpec) error {
 	var msgs []string
 	if imageWithTag.MatchString(s.Image) {
@@ -489,6 +499,19 @@ func checkSpec(s v1alpha1.EtcdClusterSpec) error {
 	}
 	if releaseVersion.MatchString(s.Version) && !supportedMinor.MatchString(s.Version) {
 		msgs = append(msgs, "etcd-pilot runs etcd 3.5, 3.6 and 3.7; pick a version of one of those minors (for example 3.6.16)")
+	}
+	if t := s.TLS; t != nil && t.Client != nil && len(t.Client.Certificates) > 0 {
+		if t.Client.Source != "" && t.Client.Source != v1alpha1.TLSSourceOperator {
+			msgs = append(msgs, "tls.client.certificates needs source Operator (the operator keeps the CA and the revocation list): with source CertManager ask your issuer for your clients' certificates (a Certificate naming it), with source Secret issue them yourself")
+		}
+		for _, a := range t.Client.Certificates {
+			switch {
+			case !clientCertificateName.MatchString(a.Name):
+				msgs = append(msgs, fmt.Sprintf("tls.client.certificates[].name %q must be a DNS label of at most 40 characters (lowercase letters, digits and '-')", a.Name))
+			case strings.HasPrefix(a.Name, "etcd-pilot"):
+				msgs = append(msgs, "tls.client.certificates[].name may not start with etcd-pilot: that is the operator's own identity")
+			}
+		}
 	}
 	e := s.Etcd
 	election, heartbeat := int64(1000), int64(100)

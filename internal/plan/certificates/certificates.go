@@ -36,6 +36,10 @@ type Material struct {
 	NextCert, NextKey []byte
 	Generation        int64
 	RotationRequest   string
+	// Issued (an application certificate's Secret) lists the certificates issued into it
+	// before the current one that have not expired, as "serial/unix expiry" joined by
+	// commas.
+	Issued string
 	// ResourceVersion is the Secret's, for an optimistic write.
 	ResourceVersion string
 }
@@ -44,6 +48,10 @@ type Material struct {
 type Leaf struct {
 	Secret  string
 	Request certs.Request
+	// Application is the spec.tls.client.certificates entry the leaf is issued for ("" for
+	// the members' and the operator's). Its Secret carries the entry's name in a label, and
+	// the serial numbers renewals replaced (see ClientSecret), so that all can be revoked.
+	Application string
 }
 
 // Want is what the cluster's spec asks for.

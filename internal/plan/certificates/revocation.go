@@ -1,0 +1,162 @@
+package certificates
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Application client certificates (spec.tls.client.certificates) are leaves like the
+// members' (see Plan). What Plan does not do is take one back: a certificate removed from the
+// spec is revoked (source Operator: its serial numbers go into the revocation list the members
+// read on every TLS connection, --client-crl-file) and only then is its Secret deleted, so a
+// copy of it stops working as soon as the kubelet has refreshed the members' Secret volume.
+
+// Revoked is a certificate in the revocation list.
+type Revoked struct {
+	// Serial is the certificate's serial number in hexadecimal.
+	Serial string `json:"serial"`
+	// NotAfter is when it expires: past it, the list need not carry it.
+	NotAfter time.Time `json:"notAfter"`
+	// Name is the spec entry it was issued for, for humans.
+	Name string `json:"name,omitempty"`
+}
+
+// ClientSecret is the Secret of an application client certificate the operator keeps, as
+// observed, with every certificate issued into it that has not expired: the current one and
+// those renewals replaced.
+type ClientSecret struct {
+	Secret string
+	Name   string
+	Issued []Revoked
+}
+
+// RevocationWant is what the spec asks of the revocation list.
+type RevocationWant struct {
+	// CRLSecret holds the list.
+	CRLSecret string
+	// Revokes is true with source Operator: the operator keeps the CA and so the list. With
+	// source CertManager a removed certificate's Secret is deleted, and the certificate stays
+	// valid until it expires.
+	Revokes bool
+	// Asked is true when the spec lists certificates (the members then read the list).
+	Asked bool
+	// Wanted are the Secrets of the certificates the spec lists.
+	Wanted map[string]bool
+}
+
+// RevocationKind is a kind of revocation step.
+type RevocationKind string
+
+const (
+	// WriteCRL writes the revocation list with Entries (creating it when missing).
+	WriteCRL RevocationKind = "WriteRevocationList"
+	// DeleteClientSecret deletes the Secret of a certificate the spec no longer lists, once
+	// the list carries its serial numbers.
+	DeleteClientSecret RevocationKind = "DeleteClientCertificate"
+)
+
+// RevocationStep is one write of the revocation plan.
+type RevocationStep struct {
+	Kind    RevocationKind
+	Secret  string
+	Entries []Revoked
+	// Reason says why, for the event.
+	Reason string
+}
+
+// KeepsList reports whether the members read a revocation list: source Operator, and the
+// spec lists certificates, a list exists, or a certificate is left to revoke.
+func KeepsList(w RevocationWant, listExists bool, secrets []ClientSecret) bool {
+	if !w.Revokes {
+		return false
+	}
+	if w.Asked || listExists {
+		return true
+	}
+	for _, s := range secrets {
+		if !w.Wanted[s.Secret] {
+			return true
+		}
+	}
+	return false
+}
+
+// PlanRevocations returns the writes, in order: the list first (created, or with the serials
+// of removed certificates added and expired ones dropped), then the Secrets of removed
+// certificates. list is the list's entries (listExists false when its Secret is missing).
+func PlanRevocations(w RevocationWant, list []Revoked, listExists bool, secrets []ClientSecret, now time.Time) []RevocationStep {
+	keeps := KeepsList(w, listExists, secrets)
+	entries := make([]Revoked, 0, len(list))
+	have := map[string]bool{}
+	changed := keeps && !listExists
+	reason := "created"
+	for _, e := range list {
+		if !e.NotAfter.After(now) {
+			changed, reason = true, "expired certificates dropped"
+			continue
+		}
+		entries = append(entries, e)
+		have[e.Serial] = true
+	}
+	var deletes []RevocationStep
+	sorted := append([]ClientSecret(nil), secrets...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Secret < sorted[j].Secret })
+	for _, s := range sorted {
+		if w.Wanted[s.Secret] {
+			continue
+		}
+		if keeps {
+			for _, c := range s.Issued {
+				if have[c.Serial] || !c.NotAfter.After(now) {
+					continue
+				}
+				entries = append(entries, Revoked{Serial: c.Serial, NotAfter: c.NotAfter, Name: s.Name})
+				have[c.Serial] = true
+				changed, reason = true, "certificate "+s.Name+" revoked"
+			}
+		}
+		why := "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"
+		if !keeps {
+			why = "removed from spec.tls.client.certificates (source CertManager: it stays valid until it expires)"
+		}
+		deletes = append(deletes, RevocationStep{Kind: DeleteClientSecret, Secret: s.Secret, Reason: why})
+	}
+	var steps []RevocationStep
+	if changed && keeps {
+		sort.Slice(entries, func(i, j int) bool { return entries[i].Serial < entries[j].Serial })
+		steps = append(steps, RevocationStep{Kind: WriteCRL, Secret: w.CRLSecret, Entries: entries, Reason: reason})
+	}
+	return append(steps, deletes...)
+}
+
+// ParseIssued reads an application certificate Secret's list of earlier certificates (see
+// Material.Issued); entries it cannot read are skipped.
+func ParseIssued(s string) []Revoked {
+	var out []Revoked
+	for _, part := range strings.Split(s, ",") {
+		serial, exp, ok := strings.Cut(strings.TrimSpace(part), "/")
+		if !ok || serial == "" {
+			continue
+		}
+		unix, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, Revoked{Serial: serial, NotAfter: time.Unix(unix, 0).UTC()})
+	}
+	return out
+}
+
+// FormatIssued writes the list ParseIssued reads, without the entries expired at now.
+func FormatIssued(issued []Revoked, now time.Time) string {
+	var parts []string
+	for _, r := range issued {
+		if r.NotAfter.After(now) {
+			parts = append(parts, fmt.Sprintf("%s/%d", r.Serial, r.NotAfter.Unix()))
+		}
+	}
+	return strings.Join(parts, ",")
+}
