@@ -2,6 +2,7 @@ package chartcontract
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -41,6 +42,12 @@ var flagName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 // last, in either dash form, so a second one overrides the first silently), no unsafe flag;
 // then the flags' values as etcd reads them against the TLS the contract asks for.
 func checkEtcdFlags(cmd, args []string, c Contract, where string, add func(string, ...any)) {
+	// The command is etcd itself: without one the image's entrypoint runs (spec.image is the
+	// tenant's), and a shell (sh -c "etcd ...") would run whatever its string says, which no
+	// flag check sees.
+	if len(cmd) != 1 || path.Base(cmd[0]) != "etcd" {
+		add("%s: the etcd container's command must be the etcd binary alone (for example [/usr/local/bin/etcd]), with every flag in args; it is %q: anything else (a shell, or the image's entrypoint when it is absent) would run what no check of the flags sees", where, cmd)
+	}
 	first := map[string]string{}
 	for _, part := range []struct {
 		field string

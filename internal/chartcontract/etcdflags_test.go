@@ -59,6 +59,10 @@ func TestEtcdFlagChecks(t *testing.T) {
 		{name: "a NUL", args: with("--log-level=info\x00"), want: []string{at(n) + " holds a control character"}},
 		{name: "a YAML line separator", args: with("--log-level=info\u2028--unsafe-no-fsync"), want: []string{at(n) + " holds a control character or line break ('\\u2028'"}},
 		{name: "a control character in the command", cmd: []string{"/usr/local/bin/etcd\r"}, args: with(), want: []string{"command[0] holds a control character"}},
+		{name: "etcd by its name alone", cmd: []string{"etcd"}, args: with()},
+		{name: "a shell as the command", cmd: []string{"/bin/sh", "-c", "etcd --force-new-cluster"}, args: with(), want: []string{"command must be the etcd binary alone"}},
+		{name: "no command: the image's entrypoint", cmd: []string{}, args: with(), want: []string{"command must be the etcd binary alone"}},
+		{name: "another binary named like a path to etcd", cmd: []string{"/usr/local/bin/etcd-wrapper"}, args: with(), want: []string{"command must be the etcd binary alone"}},
 		{name: "single-dash unsafe-no-fsync", args: with("-unsafe-no-fsync"), want: []string{"may not set --unsafe-no-fsync (" + at(n) + "): etcd would acknowledge writes"}},
 		{name: "force-new-cluster even when false", args: with("--force-new-cluster=false"), want: []string{"may not set --force-new-cluster"}},
 		{name: "auto TLS on both sides", args: with("--auto-tls", "-peer-auto-tls=true"), want: []string{"may not set --auto-tls", "may not set --peer-auto-tls"}},
@@ -122,7 +126,7 @@ func TestEtcdFlagChecks(t *testing.T) {
 // TestMembershipFlagsIncludeDiscovery: with the membership ConfigMap, a render may not form
 // the cluster by discovery either.
 func TestMembershipFlagsIncludeDiscovery(t *testing.T) {
-	etcd := map[string]any{"args": toAny(with("--discovery-srv=example.com")), "envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "m"}}}}
+	etcd := map[string]any{"command": []any{"/usr/local/bin/etcd"}, "args": toAny(with("--discovery-srv=example.com")), "envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "m"}}}}
 	var got []string
 	checkEtcdContainer(etcd, Contract{MembershipConfigMap: "m"}, "StatefulSet etcd", func(f string, a ...any) { got = append(got, fmt.Sprintf(f, a...)) })
 	if len(got) != 1 || !strings.Contains(got[0], "may not set --discovery-srv") {
