@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -237,7 +238,7 @@ func TestInstallOrder(t *testing.T) {
 		if pdb, _ := f.values["podDisruptionBudget"].(map[string]any); pdb["enabled"] != false {
 			want = append(want, "PodDisruptionBudget")
 		}
-		if np := f.cluster.Spec.NetworkPolicy; np != nil && np.Enabled {
+		if np := f.cluster.Spec.NetworkPolicy; np != nil && np.Enabled != nil && *np.Enabled {
 			// Before the pods, so that no member starts unguarded.
 			want = append(want, "NetworkPolicy")
 		} else if slices.Contains(kinds, "NetworkPolicy") {
@@ -685,7 +686,7 @@ func TestRenderPeerSwitchPhases(t *testing.T) {
 	r := newRenderer(t)
 	on := fixtureNamed(t, "tls").cluster.DeepCopy()
 	on.Spec.TLS.Client = nil
-	on.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: true, RestrictEgress: true}
+	on.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true), RestrictEgress: true}
 	off := on.DeepCopy()
 	off.Spec.TLS = nil
 	for _, c := range []struct {

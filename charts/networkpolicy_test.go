@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"k8s.io/utils/ptr"
 	"reflect"
 	"testing"
 
@@ -179,7 +180,7 @@ func TestNetworkPolicyVariants(t *testing.T) {
 
 	t.Run("disabled renders none", func(t *testing.T) {
 		off := f.cluster.DeepCopy()
-		off.Spec.NetworkPolicy.Enabled = false
+		off.Spec.NetworkPolicy.Enabled = ptr.To(false)
 		v, err := values.Compute(off, values.DefaultOperator())
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"reflect"
 	"testing"
 
@@ -27,7 +28,7 @@ func TestNetworkPolicyAppliedAndPruned(t *testing.T) {
 	apps := v1alpha1.NetworkPolicyPeer{NamespaceSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "apps"}}}
 	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
 		c.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{
-			Enabled:        true,
+			Enabled:        ptr.To(true),
 			RestrictEgress: true,
 			AllowedClients: []v1alpha1.NetworkPolicyPeer{apps, {IPBlock: &v1alpha1.IPBlock{CIDR: "192.0.2.0/24", Except: []string{"192.0.2.0/28"}}}},
 			AllowedMetricsClients: []v1alpha1.NetworkPolicyPeer{{
@@ -110,7 +111,7 @@ func TestNetworkPolicyAppliedAndPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.NetworkPolicy.Enabled = false })
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.NetworkPolicy.Enabled = ptr.To(false) })
 	eventually(t, timeout, "NetworkPolicy pruned", func() error {
 		err := getObject(ns, "etcd", &networkingv1.NetworkPolicy{})
 		if apierrors.IsNotFound(err) {
@@ -127,6 +128,6 @@ func TestNetworkPolicyAppliedAndPruned(t *testing.T) {
 	}
 
 	// And on again: re-created.
-	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.NetworkPolicy.Enabled = true })
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.NetworkPolicy.Enabled = ptr.To(true) })
 	eventually(t, timeout, "NetworkPolicy re-created", func() error { return getObject(ns, "etcd", &networkingv1.NetworkPolicy{}) })
 }

@@ -13,9 +13,11 @@ package v1alpha1
 // it; without one the policy is stored and has no effect. Egress stays open unless
 // RestrictEgress is set.
 type NetworkPolicySpec struct {
-	// Enabled renders the NetworkPolicy; false (or removing networkPolicy) deletes it.
+	// Enabled renders the NetworkPolicy; false deletes it. Unset: on for a cluster created
+	// under secure defaults (so a networkPolicy written only to add allowedClients keeps the
+	// policy), off for one created before them, as it always was.
 	// +optional
-	Enabled bool `json:"enabled,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// AllowedClients may reach the client port, besides the members, the operator and its
 	// backup pods. A namespace by name: namespaceSelector with matchLabels

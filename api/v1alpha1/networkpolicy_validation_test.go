@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"k8s.io/utils/ptr"
 	"testing"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
@@ -9,7 +10,7 @@ import (
 func TestNetworkPolicyAdmission(t *testing.T) {
 	np := func(peers ...v1alpha1.NetworkPolicyPeer) func(*v1alpha1.EtcdClusterSpec) {
 		return func(s *v1alpha1.EtcdClusterSpec) {
-			s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: true, AllowedClients: peers}
+			s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true), AllowedClients: peers}
 		}
 	}
 	byName := &v1alpha1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "apps"}}
@@ -32,7 +33,7 @@ func TestNetworkPolicyAdmission(t *testing.T) {
 			v1alpha1.NetworkPolicyPeer{PodSelector: expr("Exists")},
 		)},
 		{name: "metrics clients accepted", spec: func(s *v1alpha1.EtcdClusterSpec) {
-			s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: true, RestrictEgress: true,
+			s.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true), RestrictEgress: true,
 				AllowedMetricsClients: []v1alpha1.NetworkPolicyPeer{{NamespaceSelector: byName, PodSelector: app}}}
 		}},
 		{name: "empty entry refused", spec: np(v1alpha1.NetworkPolicyPeer{}),

@@ -50,8 +50,13 @@ func Effective(c *v1alpha1.EtcdCluster, op Operator) *v1alpha1.EtcdCluster {
 		auth := true
 		out.Spec.TLS.Client = &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceOperator, ClientCertAuth: &auth}
 	}
-	if out.Spec.NetworkPolicy == nil {
-		out.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: true}
+	on := true
+	switch np := out.Spec.NetworkPolicy; {
+	case np == nil:
+		out.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{Enabled: &on}
+	case np.Enabled == nil:
+		// Written for its allowedClients (or egress), not to turn the policy off.
+		np.Enabled = &on
 	}
 	return out
 }

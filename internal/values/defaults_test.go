@@ -1,6 +1,7 @@
 package values
 
 import (
+	"k8s.io/utils/ptr"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -18,7 +19,7 @@ func TestEffective(t *testing.T) {
 	}
 	marked := map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
 	peerOnly := &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "p"}}
-	np := &v1alpha1.NetworkPolicySpec{Enabled: false}
+	np := &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(false)}
 	cases := []struct {
 		name    string
 		ann     map[string]string
@@ -31,18 +32,18 @@ func TestEffective(t *testing.T) {
 	}{
 		{name: "created before secure defaults: as it was", mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonCreatedBeforeSecureDefaults},
 		{name: "a marker with another value is no marker", ann: map[string]string{v1alpha1.AnnotationDefaults: "plain"}, mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonCreatedBeforeSecureDefaults},
-		{name: "secure defaults", ann: marked, wantTLS: secureTLS, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "secure defaults", ann: marked, wantTLS: secureTLS, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "secure defaults with the admin's SANs", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}},
-			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"127.0.0.1"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"127.0.0.1"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "insecure by choice", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true}, mode: v1alpha1.SecurityPlain, reason: v1alpha1.ReasonInsecureByChoice},
 		{name: "insecure with tls asked for", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true, TLS: secureTLS}, wantTLS: secureTLS, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		// A side spec.tls names is the user's; one it leaves out still gets TLS.
 		{name: "the user's side and policy win, the other side stays TLS", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly, NetworkPolicy: np},
 			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: np, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "spec.tls written for its SANs alone keeps both sides on TLS", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{ExtraSANs: []string{"etcd.example"}}},
-			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"etcd.example"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"etcd.example"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "the admin's SANs are for the default only", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}}, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly},
-			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: true}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "one side plain takes spec.insecure", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true, TLS: peerOnly},
 			wantTLS: peerOnly, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
 	}
@@ -107,6 +108,36 @@ func TestPinPeers(t *testing.T) {
 			}
 			if got := tv != nil && tv.Peer.PinPeers; got != tc.want {
 				t.Errorf("the chart's tls.peer.pinPeers = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNetworkPolicyWrittenForItsClientsStaysOn: under secure defaults a spec.networkPolicy
+// that names allowedClients without enabled keeps the policy; enabled: false turns it off; a
+// cluster created before keeps reading an unset enabled as off.
+func TestNetworkPolicyWrittenForItsClientsStaysOn(t *testing.T) {
+	marked := map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
+	clients := []v1alpha1.NetworkPolicyPeer{{NamespaceSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "apps"}}}}
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		np   *v1alpha1.NetworkPolicySpec
+		want bool
+	}{
+		{"secure defaults, allowedClients only", marked, &v1alpha1.NetworkPolicySpec{AllowedClients: clients}, true},
+		{"secure defaults, turned off", marked, &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(false), AllowedClients: clients}, false},
+		{"created before, allowedClients only", nil, &v1alpha1.NetworkPolicySpec{AllowedClients: clients}, false},
+		{"created before, turned on", nil, &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: tc.ann}, Spec: v1alpha1.EtcdClusterSpec{NetworkPolicy: tc.np}}
+			got := networkPolicyValues(Effective(c, Operator{}), Operator{}) != nil
+			if got != tc.want {
+				t.Errorf("policy rendered %v, want %v", got, tc.want)
+			}
+			if c.Spec.NetworkPolicy.Enabled != tc.np.Enabled {
+				t.Errorf("Effective changed the stored spec")
 			}
 		})
 	}

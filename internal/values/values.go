@@ -324,7 +324,7 @@ func PinPeers(c *v1alpha1.EtcdCluster) bool {
 // enabled.
 func networkPolicyValues(c *v1alpha1.EtcdCluster, op Operator) *charts.NetworkPolicyValues {
 	np := c.Spec.NetworkPolicy
-	if np == nil || !np.Enabled {
+	if np == nil || np.Enabled == nil || !*np.Enabled {
 		return nil
 	}
 	return &charts.NetworkPolicyValues{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -606,7 +607,7 @@ func TestNetworkPolicyValues(t *testing.T) {
 	}
 
 	c.Spec.NetworkPolicy = &v1alpha1.NetworkPolicySpec{
-		Enabled:        true,
+		Enabled:        ptr.To(true),
 		RestrictEgress: true,
 		AllowedClients: []v1alpha1.NetworkPolicyPeer{
 			{NamespaceSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "apps"}}},

@@ -148,7 +148,7 @@ func TestTLSClusterWithOperatorIssuedCertificates(t *testing.T) {
 	start := time.Now()
 	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)),
 		TLS:           &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs},
-		NetworkPolicy: &v1alpha1.NetworkPolicySpec{Enabled: true}})
+		NetworkPolicy: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}})
 	t.Logf("3 TLS members Available after %s", time.Since(start).Round(time.Millisecond))
 	// The operator, under its own role, applied the NetworkPolicy (the local cluster has no
 	// network plugin to enforce it: its rules are checked by the chart's and envtest's tests).
