@@ -661,6 +661,18 @@ func TestOperatorChartValues(t *testing.T) {
 		}
 	}
 
+	// The admin's extra SANs of secure-by-default clusters: none unless the values list some.
+	if args := managerContainer(t, typedDeployment(t, mustRenderOperatorChart(t, "pilot", "ops", nil).objects, "pilot")).Args; slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--default-extra-sans") }) {
+		t.Errorf("default values: args %q carry --default-extra-sans", args)
+	}
+	args := managerContainer(t, typedDeployment(t, mustRenderOperatorChart(t, "pilot", "ops", map[string]any{"defaultExtraSANs": []any{"127.0.0.1", "etcd.example"}}).objects, "pilot")).Args
+	if !slices.Contains(args, "--default-extra-sans=127.0.0.1,etcd.example") {
+		t.Errorf("defaultExtraSANs: args %q", args)
+	}
+	if _, err := renderOperatorChart(loadOperatorChart(t), "pilot", "ops", map[string]any{"defaultExtraSANs": []any{"a,--allow-cluster-issuers"}}); err == nil {
+		t.Errorf("defaultExtraSANs took a comma and a flag")
+	}
+
 	// No ServiceAccount of its own: the pods run as the one named, and the bindings name it.
 	objs = mustRenderOperatorChart(t, "pilot", "ops", map[string]any{"serviceAccount": map[string]any{"create": false, "name": "existing"}}).objects
 	if sa := typedDeployment(t, objs, "pilot").Spec.Template.Spec.ServiceAccountName; sa != "existing" {

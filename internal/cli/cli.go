@@ -216,7 +216,7 @@ func (f *operatorFlags) bind(fs *flag.FlagSet, defaultNamespace, namespaceDoc st
 	fs.StringVar(&f.namespace, "operator-namespace", defaultNamespace, "namespace of the operator's pods, which a cluster's NetworkPolicy admits to the members (default "+namespaceDoc+")")
 	fs.StringVar(&f.podLabels, "operator-pod-labels", values.DefaultOperatorPodLabels, "labels of the operator's pods, as k=v,k2=v2 (config/manager/manager.yaml's), which a cluster's NetworkPolicy admits to the members")
 	fs.BoolVar(&f.clusterIssuers, "allow-cluster-issuers", false, "let spec.tls name cluster-scoped cert-manager issuers (ClusterIssuer): such an issuer signs for every namespace that names it, so one tenant could get certificates another tenant's cluster trusts; refused by default (TLSNotReady, and no Certificate is written)")
-	fs.StringVar(&f.extraSANs, "default-extra-sans", "", "comma-separated DNS names or IP addresses the member certificates of a cluster that gets TLS by default (no spec.tls) carry besides their own, for example 127.0.0.1 where members dial each other through the loopback address")
+	fs.StringVar(&f.extraSANs, "default-extra-sans", "", "comma-separated DNS names or IP addresses the member certificates of every cluster created under secure defaults (without spec.insecure) carry besides spec.tls.extraSANs, for example 127.0.0.1 where members dial each other through the loopback address")
 }
 
 func (f *operatorFlags) operator() (values.Operator, error) {

@@ -2,6 +2,7 @@ package values
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 )
@@ -25,7 +26,7 @@ func MarkSecureDefaults(c *v1alpha1.EtcdCluster) {
 // Effective returns a copy of c with the spec a pass acts on: under secure defaults (see
 // SecureDefaults) and without spec.insecure, a side spec.tls leaves out (or all of spec.tls)
 // gets TLS with certificates from the operator (the client side with client-certificate
-// authentication; tls.extraSANs op.DefaultExtraSANs when spec.tls is absent), and an absent
+// authentication), tls.extraSANs gets op.DefaultExtraSANs besides its own, and an absent
 // spec.networkPolicy an enabled one. Everything else is
 // c's. The copy is for decisions and renders only: it must never be written back to the
 // API server (a spec write would store the defaults and make them the user's).
@@ -39,8 +40,13 @@ func Effective(c *v1alpha1.EtcdCluster, op Operator) *v1alpha1.EtcdCluster {
 	// is the way out).
 	if out.Spec.TLS == nil {
 		out.Spec.TLS = &v1alpha1.TLSSpec{}
-		if len(op.DefaultExtraSANs) > 0 {
-			out.Spec.TLS.ExtraSANs = append([]string(nil), op.DefaultExtraSANs...)
+	}
+	// The admin's names and addresses go into every member certificate of such a cluster,
+	// besides the ones spec.tls lists: a spec.tls written for an application certificate or
+	// one side must not drop the address the admin knows its members need.
+	for _, san := range op.DefaultExtraSANs {
+		if !slices.Contains(out.Spec.TLS.ExtraSANs, san) {
+			out.Spec.TLS.ExtraSANs = append(out.Spec.TLS.ExtraSANs, san)
 		}
 	}
 	if out.Spec.TLS.Peer == nil {

@@ -42,8 +42,8 @@ func TestEffective(t *testing.T) {
 			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: np, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "spec.tls written for its SANs alone keeps both sides on TLS", ann: marked, spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{ExtraSANs: []string{"etcd.example"}}},
 			wantTLS: &v1alpha1.TLSSpec{Peer: secureTLS.Peer, Client: secureTLS.Client, ExtraSANs: []string{"etcd.example"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
-		{name: "the admin's SANs are for the default only", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}}, spec: v1alpha1.EtcdClusterSpec{TLS: peerOnly},
-			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
+		{name: "the admin's SANs go with spec.tls's own too", ann: marked, op: Operator{DefaultExtraSANs: []string{"127.0.0.1"}}, spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, ExtraSANs: []string{"etcd.example", "127.0.0.1"}}},
+			wantTLS: &v1alpha1.TLSSpec{Peer: peerOnly.Peer, Client: secureTLS.Client, ExtraSANs: []string{"etcd.example", "127.0.0.1"}}, wantNP: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, mode: v1alpha1.SecurityTLS, reason: v1alpha1.ReasonTLS},
 		{name: "one side plain takes spec.insecure", ann: marked, spec: v1alpha1.EtcdClusterSpec{Insecure: true, TLS: peerOnly},
 			wantTLS: peerOnly, mode: v1alpha1.SecurityPartial, reason: v1alpha1.ReasonInsecureByChoice},
 	}

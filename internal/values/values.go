@@ -48,11 +48,10 @@ type Operator struct {
 	// PodSecurity is the level every pod of a render, after its patches, and every pod the
 	// operator creates must meet (--pod-security-level); empty is restricted.
 	PodSecurity podsecurity.Level
-	// DefaultExtraSANs are further DNS names or IP addresses the member certificates of a
-	// cluster that gets TLS by default carry (tls.extraSANs of the secure default, see
-	// Effective), for example 127.0.0.1 where members reach each other through the loopback
-	// address. The admin sets them (--default-extra-sans); a cluster with spec.tls names its
-	// own.
+	// DefaultExtraSANs are further DNS names or IP addresses the member certificates of
+	// every cluster under secure defaults carry besides spec.tls.extraSANs (see Effective),
+	// for example 127.0.0.1 where members reach each other through the loopback address.
+	// The admin sets them (--default-extra-sans).
 	DefaultExtraSANs []string
 	// AllowClusterIssuers lets spec.tls name cluster-scoped cert-manager issuers
 	// (--allow-cluster-issuers): the admin's choice, since such an issuer signs for every
