@@ -103,13 +103,17 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = corev1.AddToScheme(s)
 	kc := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: "etcd-0", Labels: map[string]string{v1alpha1.LabelCluster: secure.Name}}, Status: corev1.PodStatus{PodIP: ip}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.PeerTLSSecretName(secure.Name)},
 			Data: map[string][]byte{certs.CertKey: peer.Cert, certs.KeyKey: peer.Key, certs.CAKey: ca.Cert}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.CASecretName(secure.Name)},
 			Data: map[string][]byte{certs.CertKey: ca.Cert, certs.KeyKey: ca.Key}},
 	).Build()
 	id := clusterIDAt(t, ip)
-	if got := observe.AskPeer(context.Background(), kc, kc, 5*time.Second, secure, peerURL, id, v1alpha1.PeerTLSSecretName(secure.Name)); got != "" {
+	// The peer URL as the members publish it: the operator connects to the pod's IP and
+	// verifies the member's certificate for the URL's host.
+	memberURL := "https://etcd-0.etcd." + secure.Namespace + ".svc.cluster.local:2380"
+	if got := observe.AskPeer(context.Background(), kc, kc, 5*time.Second, secure, memberURL, id, v1alpha1.PeerTLSSecretName(secure.Name)); got != "" {
 		t.Errorf("AskPeer on the pinned peer port: %q, want the cluster's answer", got)
 	}
 }

@@ -395,9 +395,19 @@ func secretVolume(ps *corev1.PodSpec, name string) string {
 // Secrets (past the cache); timeout bounds the question over HTTP. The URL's host and port
 // come from values a tenant may set (the cluster domain, the peer port), and the answer ends
 // up in conditions: it names a failure's class (egress.Describe) and the HTTP status, never
-// what the host sent.
+// what the host sent. So the URL's host is never resolved: the connection goes to the IP of
+// the member pod the host names (its first label, in the cluster's namespace, with the
+// cluster's label), and the host is only what TLS verifies; a cluster domain a tenant points
+// elsewhere cannot make the operator connect there.
 func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, c *v1alpha1.EtcdCluster, u string, clusterID uint64, secret string) string {
+	addr, why := memberAddress(ctx, kc, c, u)
+	if why != "" {
+		return why
+	}
 	tr := &http.Transport{DisableKeepAlives: true}
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+	}
 	if strings.HasPrefix(u, "https://") {
 		if secret == "" {
 			return "no peer certificate to present"
@@ -418,7 +428,7 @@ func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, 
 		}
 		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
 		if named {
-			return handshake(ctx, u, tr.TLSClientConfig)
+			return handshake(ctx, u, addr, tr.TLSClientConfig)
 		}
 	}
 	hc := &http.Client{Transport: tr, Timeout: timeout}
@@ -482,9 +492,9 @@ func peerQuestionCert(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCl
 	return pair, false
 }
 
-// handshake completes a TLS handshake with the peer listener at u, verifying its certificate
-// against cfg's roots for u's host.
-func handshake(ctx context.Context, u string, cfg *tls.Config) string {
+// handshake completes a TLS handshake with the peer listener of u at addr, verifying its
+// certificate against cfg's roots for u's host.
+func handshake(ctx context.Context, u, addr string, cfg *tls.Config) string {
 	pu, err := url.Parse(u)
 	if err != nil {
 		return err.Error()
@@ -494,7 +504,7 @@ func handshake(ctx context.Context, u string, cfg *tls.Config) string {
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	conn, err := d.DialContext(hctx, "tcp", pu.Host)
+	conn, err := d.DialContext(hctx, "tcp", addr)
 	if err != nil {
 		return egress.Describe(err)
 	}
@@ -609,4 +619,33 @@ func sanCovers(ctx context.Context, res resolver, cert *x509.Certificate, ip str
 		}
 	}
 	return fmt.Sprintf("%s resolves back to %v, which none of its names %v covers", ip, back, cert.DNSNames)
+}
+
+// memberAddress is where AskPeer connects for the peer URL u: the IP of the member pod u's
+// host names (its first DNS label), in c's namespace and with c's cluster label, and u's
+// port. why says what is missing instead.
+func memberAddress(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, u string) (addr, why string) {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Hostname() == "" {
+		return "", "the peer URL is no URL with a host"
+	}
+	port := pu.Port()
+	if port == "" {
+		return "", "the peer URL names no port"
+	}
+	name, _, _ := strings.Cut(pu.Hostname(), ".")
+	pod := &corev1.Pod{}
+	if err := kc.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Sprintf("no member pod %s for the peer URL's host", name)
+		}
+		return "", fmt.Sprintf("failed to get pod %s: %v", name, err)
+	}
+	if pod.Labels[v1alpha1.LabelCluster] != c.Name {
+		return "", fmt.Sprintf("pod %s is no member of this cluster", name)
+	}
+	if pod.Status.PodIP == "" {
+		return "", fmt.Sprintf("member pod %s has no IP yet", name)
+	}
+	return net.JoinHostPort(pod.Status.PodIP, port), ""
 }
