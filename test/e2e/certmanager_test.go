@@ -342,3 +342,80 @@ func TestTLSClusterWithCertManagerIssuer(t *testing.T) {
 	w.finish(t, ns, 3)
 	t.Logf("longest write gap %s; %d leader changes", w.longestGap().Round(time.Millisecond), w.termChanges())
 }
+
+// TestClustersOnOneCAAreNotRootOnEachOther: two clusters whose certificates come from one CA
+// (here one CA Issuer for both, as a ClusterIssuer the admin allows would be), both with
+// etcd's authentication on. Each operator certificate names its own cluster
+// (etcd-pilot-<UID>): cluster a's is served by a's etcd (root there), and refused by b's,
+// though b's members trust its CA; so is the reverse. With one fixed common name for every
+// cluster, a's certificate was root on b.
+func TestClustersOnOneCAAreNotRootOnEachOther(t *testing.T) {
+	cmDir := certManagerDir(t)
+	installCertManagerCRDs(t, cmDir)
+	startCertManager(t, cmDir)
+	ns := namespace(t)
+	selfSigned := cmObject("ClusterIssuer", "", "e2e-selfsigned-"+ns, map[string]any{"selfSigned": map[string]any{}})
+	createObject(t, selfSigned)
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), selfSigned) })
+	caCert := cmObject("Certificate", ns, "e2e-ca", map[string]any{
+		"isCA": true, "commonName": "e2e shared CA", "secretName": "e2e-ca", "duration": "24h",
+		"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256)},
+		"issuerRef":  map[string]any{"name": selfSigned.GetName(), "kind": "ClusterIssuer", "group": "cert-manager.io"},
+	})
+	createObject(t, caCert)
+	waitReady(t, caCert)
+	issuer := cmObject("Issuer", ns, "shared", map[string]any{"ca": map[string]any{"secretName": "e2e-ca"}})
+	createObject(t, issuer)
+	waitReady(t, issuer)
+
+	ref := &v1alpha1.IssuerReference{Name: "shared"}
+	for _, name := range []string{"a", "b"} {
+		c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.EtcdClusterSpec{
+			Replicas: ptr.To(int32(3)), Auth: &v1alpha1.AuthSpec{Enabled: true},
+			TLS: &v1alpha1.TLSSpec{
+				Peer:      &v1alpha1.PeerTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: ref},
+				Client:    &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceCertManager, IssuerRef: ref},
+				ExtraSANs: localSANs}}}
+		if err := k8s.Create(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		eventually(t, availableTimeout, "cluster "+name+" Ready with authentication on", func() error {
+			c := &v1alpha1.EtcdCluster{}
+			if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, c); err != nil {
+				return err
+			}
+			ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+			if c.Status.AuthEnabled == nil || !*c.Status.AuthEnabled || ready == nil || ready.Status != metav1.ConditionTrue {
+				return fmt.Errorf("authEnabled %v, Ready %+v", c.Status.AuthEnabled, ready)
+			}
+			return nil
+		})
+	}
+	certOf := map[string]userCert{}
+	for _, name := range []string{"a", "b"} {
+		certOf[name] = userCertFromSecret(t, getSecret(t, ns, name+"-operator-client-tls"))
+		leaf, err := certs.Parse(getSecret(t, ns, name+"-operator-client-tls").Data["tls.crt"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("cluster %s: operator certificate CN %s", name, leaf.Subject.CommonName)
+	}
+	put := func(cluster string, u userCert) (string, error) {
+		ep := fmt.Sprintf("https://%s-0.%s.%s.svc:2379", cluster, cluster, ns)
+		return etcdctl(t, "--endpoints", ep, "--cacert", u.ca, "--cert", u.c, "--key", u.k, "put", "/probe", "x")
+	}
+	for _, tc := range []struct{ cert, cluster string }{{"a", "a"}, {"b", "b"}} {
+		if out, err := put(tc.cluster, certOf[tc.cert]); err != nil {
+			t.Fatalf("cluster %s's operator certificate on its own etcd: %v: %s", tc.cert, err, lastLine(out))
+		}
+	}
+	for _, tc := range []struct{ cert, cluster string }{{"a", "b"}, {"b", "a"}} {
+		out, err := put(tc.cluster, certOf[tc.cert])
+		if err == nil {
+			t.Fatalf("cluster %s's operator certificate wrote to cluster %s's etcd: %s", tc.cert, tc.cluster, out)
+		}
+		t.Logf("cluster %s's operator certificate on cluster %s: refused (%s)", tc.cert, tc.cluster, lastLine(out))
+	}
+}

@@ -98,13 +98,16 @@ func TestApplicationCertificateIsIssuedAndRevoked(t *testing.T) {
 		}
 	}
 	pods := podUIDs(t, ns)
-	ep := endpoint(ns, 0)
+	ep := "https://etcd-0.etcd." + ns + ".svc:2379"
 	put := func(key string) (string, error) {
 		return etcdctl(t, "--endpoints", ep, "--cacert", u.ca, "--cert", u.c, "--key", u.k, "--command-timeout", "3s", "put", key, "x")
 	}
-	if out, err := put("before"); err != nil {
-		t.Fatalf("etcdctl with the application's certificate: %v: %s", err, out)
-	}
+	eventually(t, 30*time.Second, "etcdctl served with the application's certificate", func() error {
+		if out, err := put("before"); err != nil {
+			return fmt.Errorf("%v: %s", err, lastLine(out))
+		}
+		return nil
+	})
 
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		c := getCluster(t, ns)
