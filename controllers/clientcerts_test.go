@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
@@ -20,7 +19,8 @@ import (
 // application a Secret with a client certificate of the cluster's CA (common name: the
 // entry's name) and ca.crt, so nobody needs the CA's key; the members read a revocation list
 // from then on. Removing an entry puts its certificate's serial number in the list before
-// its Secret goes, and the members keep reading the list.
+// its Secret is emptied, and the members keep reading the list. Listed again, it gets a new
+// certificate into the same Secret.
 func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 	ns := env.Namespace(t)
 	createRaw(t, ns, func(c *v1alpha1.EtcdCluster) {
@@ -68,12 +68,7 @@ func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
 		c.Spec.TLS.Client.Certificates = []v1alpha1.ClientCertificate{{Name: "reports"}}
 	})
-	eventually(t, timeout, "Secret etcd-client-app deleted", func() error {
-		if err := getObject(ns, "etcd-client-app", &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there (%v)", err)
-		}
-		return nil
-	})
+	eventually(t, timeout, "Secret etcd-client-app emptied", func() error { return retired(ns, "etcd-client-app") })
 	revoked := revokedOf(t, ns)
 	if !slices.ContainsFunc(revoked, func(r certificates.Revoked) bool { return r.Serial == certs.Serial(leaf) && r.Name == "app" }) {
 		t.Fatalf("the list %+v lacks the removed certificate's serial %s", revoked, certs.Serial(leaf))
@@ -91,12 +86,7 @@ func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 
 	// The last entry removed: the list stays, and so does the members' flag.
 	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.TLS.Client.Certificates = nil })
-	eventually(t, timeout, "Secret etcd-client-reports deleted", func() error {
-		if err := getObject(ns, "etcd-client-reports", &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there (%v)", err)
-		}
-		return nil
-	})
+	eventually(t, timeout, "Secret etcd-client-reports emptied", func() error { return retired(ns, "etcd-client-reports") })
 	if c := getCluster(t, ns); !c.Status.ClientRevocationList {
 		t.Errorf("status.clientRevocationList is false with the list in place")
 	}
@@ -110,6 +100,39 @@ func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 	if n := len(revokedOf(t, ns)); n != 2 {
 		t.Errorf("the list holds %d entries, want both removed certificates", n)
 	}
+
+	// Listed again: a new certificate into the emptied Secret.
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.TLS.Client.Certificates = []v1alpha1.ClientCertificate{{Name: "app"}} })
+	eventually(t, timeout, "a new certificate in Secret etcd-client-app", func() error {
+		s := &corev1.Secret{}
+		if err := getObject(ns, "etcd-client-app", s); err != nil {
+			return err
+		}
+		again, err := certs.Parse(s.Data[certs.CertKey])
+		if err != nil {
+			return err
+		}
+		if certs.Serial(again) == certs.Serial(leaf) || s.Labels[v1alpha1.LabelClientCertificate] != "app" || s.Annotations[v1alpha1.AnnotationRevoked] != "" {
+			return fmt.Errorf("serial %s, labels %v, annotations %v", certs.Serial(again), s.Labels, s.Annotations)
+		}
+		return nil
+	})
+}
+
+// retired says why the Secret name of an application certificate is not retired: its key
+// and certificate removed, no longer labelled as an application's, annotated as revoked.
+func retired(ns, name string) error {
+	s := &corev1.Secret{}
+	if err := getObject(ns, name, s); err != nil {
+		return err
+	}
+	if len(s.Data[certs.KeyKey]) != 0 || len(s.Data[certs.CertKey]) != 0 || len(s.Data[certs.CAKey]) != 0 {
+		return fmt.Errorf("still holds keys %v", keys(s.Data))
+	}
+	if _, ok := s.Labels[v1alpha1.LabelClientCertificate]; ok || s.Annotations[v1alpha1.AnnotationRevoked] == "" {
+		return fmt.Errorf("labels %v, annotations %v", s.Labels, s.Annotations)
+	}
+	return nil
 }
 
 // revokedOf is the entries of the revocation list's Secret (nil when it has none).

@@ -132,7 +132,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 }
 
 // reconcileRevocations revokes the application client certificates the spec no longer lists
-// (their serial numbers into the revocation list, then their Secrets deleted) and keeps the
+// (their serial numbers into the revocation list, then their Secrets emptied) and keeps the
 // list, signed by ca, once the spec has listed any. It reports whether the list exists. It
 // plans from the cache, and before writing reads past it and plans again.
 func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, now time.Time) (bool, error) {

@@ -155,7 +155,8 @@ type ClientTLS struct {
 	// spec.auth), and renewed like the members' certificates. Removing an entry revokes its
 	// certificates (the current one and those renewals replaced): their serial numbers go
 	// into a revocation list (Secret <cluster>-crl) the members check on every TLS
-	// connection, then its Secret is deleted. The members read the list from the first entry
+	// connection, then its Secret is emptied (key and certificate removed; delete it when
+	// you like, or it goes with the cluster). The members read the list from the first entry
 	// on (they restart once for it) and keep reading it.
 	// +listType=map
 	// +listMapKey=name
@@ -312,6 +313,9 @@ const (
 	// certificates issued into it before the current one that have not expired (serial/unix
 	// expiry, comma-separated), revoked with it when its entry is removed.
 	AnnotationIssuedSerials = "etcdpilot.io/issued-serials"
+	// AnnotationRevoked is on the Secret of an application certificate removed from the
+	// spec: when it was revoked and its key and certificate removed from the Secret.
+	AnnotationRevoked = "etcdpilot.io/revoked"
 	// AnnotationCRLNumber is on the revocation list's Secret: the number of the list it holds.
 	AnnotationCRLNumber = "etcdpilot.io/crl-number"
 )

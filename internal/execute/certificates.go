@@ -163,7 +163,7 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 	for k, v := range sec.Labels {
 		cur.Labels[k] = v
 	}
-	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials} {
+	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials, v1alpha1.AnnotationRevoked} {
 		delete(cur.Annotations, k)
 	}
 	for k, v := range sec.Annotations {
@@ -237,7 +237,7 @@ func (x *Executor) PruneCertificates(ctx context.Context, c *v1alpha1.EtcdCluste
 }
 
 // Revoke carries out one step of the revocation plan (certificates.PlanRevocations): it
-// writes the revocation list, signed by the CA in ca, or deletes the Secret of a certificate
+// writes the revocation list, signed by the CA in ca, or empties the Secret of a certificate
 // the spec no longer lists. crl is the list's Secret as the plan read it; a write replaces
 // it only if unchanged since. Like every step, it ends on Done.
 func (x *Executor) Revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, crl observe.CRL, s certificates.RevocationStep, now time.Time) error {
@@ -248,10 +248,25 @@ func (x *Executor) Revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs
 
 func (x *Executor) revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, crl observe.CRL, s certificates.RevocationStep, now time.Time) error {
 	switch s.Kind {
-	case certificates.DeleteClientSecret:
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: s.Secret}}
-		if err := x.Client.Delete(ctx, sec); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("failed to delete Secret %s/%s: %w", c.Namespace, s.Secret, err)
+	case certificates.RetireClientSecret:
+		// Emptied, not deleted: the operator's role has no delete on Secrets. Only if
+		// unchanged since it was read (optimistic lock).
+		sec := &corev1.Secret{}
+		if err := x.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: s.Secret}, sec); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, s.Secret, err)
+		}
+		sec.Data = map[string][]byte{certs.CertKey: {}, certs.KeyKey: {}}
+		delete(sec.Labels, v1alpha1.LabelClientCertificate)
+		delete(sec.Annotations, v1alpha1.AnnotationIssuedSerials)
+		if sec.Annotations == nil {
+			sec.Annotations = map[string]string{}
+		}
+		sec.Annotations[v1alpha1.AnnotationRevoked] = now.UTC().Format(time.RFC3339)
+		if err := x.Client.Update(ctx, sec); err != nil {
+			return fmt.Errorf("failed to empty Secret %s/%s: %w", c.Namespace, s.Secret, err)
 		}
 	case certificates.WriteCRL:
 		serials := make([]string, 0, len(s.Entries))

@@ -53,9 +53,11 @@ type RevocationKind string
 const (
 	// WriteCRL writes the revocation list with Entries (creating it when missing).
 	WriteCRL RevocationKind = "WriteRevocationList"
-	// DeleteClientSecret deletes the Secret of a certificate the spec no longer lists, once
-	// the list carries its serial numbers.
-	DeleteClientSecret RevocationKind = "DeleteClientCertificate"
+	// RetireClientSecret empties the Secret of a certificate the spec no longer lists, once
+	// the list carries its serial numbers: its key and certificate go, and so does its label,
+	// so it is no application's any more. The operator may not delete Secrets (its role has
+	// no delete on them); the Secret goes with the cluster, or when you delete it.
+	RetireClientSecret RevocationKind = "RetireClientCertificate"
 )
 
 // RevocationStep is one write of the revocation plan.
@@ -86,7 +88,7 @@ func KeepsList(w RevocationWant, listExists bool, secrets []ClientSecret) bool {
 
 // PlanRevocations returns the writes, in order: the list first (created, or with the serials
 // of removed certificates added and expired ones dropped), then the Secrets of removed
-// certificates. list is the list's entries (listExists false when its Secret is missing).
+// certificates are emptied. list is the list's entries (listExists false when its Secret is missing).
 func PlanRevocations(w RevocationWant, list []Revoked, listExists bool, secrets []ClientSecret, now time.Time) []RevocationStep {
 	keeps := KeepsList(w, listExists, secrets)
 	entries := make([]Revoked, 0, len(list))
@@ -122,7 +124,7 @@ func PlanRevocations(w RevocationWant, list []Revoked, listExists bool, secrets 
 		if !keeps {
 			why = "removed from spec.tls.client.certificates (source CertManager: it stays valid until it expires)"
 		}
-		deletes = append(deletes, RevocationStep{Kind: DeleteClientSecret, Secret: s.Secret, Reason: why})
+		deletes = append(deletes, RevocationStep{Kind: RetireClientSecret, Secret: s.Secret, Reason: why})
 	}
 	var steps []RevocationStep
 	if changed && keeps {

@@ -38,26 +38,26 @@ func TestPlanRevocations(t *testing.T) {
 		{name: "a removed certificate: every unexpired serial first, then its Secret", w: operator("e-client-other"), listExists: true, secrets: []ClientSecret{app, other},
 			want: []RevocationStep{
 				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "09", NotAfter: later, Name: "app"}, {Serial: "0a", NotAfter: later, Name: "app"}}, Reason: "certificate app revoked"},
-				{Kind: DeleteClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
+				{Kind: RetireClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
 			}},
 		{name: "the list carries them (a crash after the write): only the Secret goes", w: operator("e-client-other"), listExists: true,
 			list: []Revoked{{Serial: "09", NotAfter: later, Name: "app"}, {Serial: "0a", NotAfter: later, Name: "app"}}, secrets: []ClientSecret{app, other},
-			want: []RevocationStep{{Kind: DeleteClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"}}},
+			want: []RevocationStep{{Kind: RetireClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"}}},
 		{name: "the last certificate removed: the list stays", w: operator(), listExists: true, secrets: []ClientSecret{other},
 			want: []RevocationStep{
 				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "0b", NotAfter: later, Name: "other"}}, Reason: "certificate other revoked"},
-				{Kind: DeleteClientSecret, Secret: "e-client-other", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
+				{Kind: RetireClientSecret, Secret: "e-client-other", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
 			}},
 		{name: "a list lost with a certificate to revoke is written again with it", w: operator(), secrets: []ClientSecret{other},
 			want: []RevocationStep{
 				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "0b", NotAfter: later, Name: "other"}}, Reason: "certificate other revoked"},
-				{Kind: DeleteClientSecret, Secret: "e-client-other", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
+				{Kind: RetireClientSecret, Secret: "e-client-other", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
 			}},
 		{name: "expired entries are dropped", w: operator("e-client-app"), listExists: true, secrets: []ClientSecret{app},
 			list: []Revoked{{Serial: "01", NotAfter: past, Name: "gone"}, {Serial: "02", NotAfter: later, Name: "kept"}},
 			want: []RevocationStep{{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "02", NotAfter: later, Name: "kept"}}, Reason: "expired certificates dropped"}}},
 		{name: "cert-manager: no list, the Secret of a removed certificate goes", w: certManager("e-client-other"), secrets: []ClientSecret{app, other},
-			want: []RevocationStep{{Kind: DeleteClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates (source CertManager: it stays valid until it expires)"}}},
+			want: []RevocationStep{{Kind: RetireClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates (source CertManager: it stays valid until it expires)"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
