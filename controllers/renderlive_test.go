@@ -7,16 +7,21 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/internal/cli"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
 // kubeconfigFile writes a kubeconfig for the test API server.
@@ -124,4 +129,37 @@ spec:
 	if etcdArg(offline, "--initial-cluster-token") == etcdArg(applied, "--initial-cluster-token") {
 		t.Fatal("a render without the live object cannot know the token; the test is not testing --live")
 	}
+}
+
+// TestRenderLiveRendersATenantChartInTheSandbox: `render --live` of a cluster whose chart (a
+// ConfigMap, the tenant's) renders `{{ repeat 400000000 "a" }}` stops at the sandbox's
+// memory budget, as the operator does, instead of taking 400 MB of the machine it runs on.
+func TestRenderLiveRendersATenantChartInTheSandbox(t *testing.T) {
+	ns := env.Namespace(t)
+	archive := testutil.PackageChart(t, filepath.Join("..", "charts", charts.ChartDir), "etcd-cluster",
+		map[string][]byte{"templates/hostile.yaml": []byte(`{{ repeat 400000000 "a" }}`)})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chart", Namespace: ns}, BinaryData: map[string][]byte{"chart.tgz": archive}}
+	if err := env.Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	newCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.Chart.Source = &v1alpha1.ChartSource{ConfigMap: &v1alpha1.ChartConfigMapSource{Name: "chart"}}
+	})
+	var out, errOut bytes.Buffer
+	before := peakRSS(t)
+	code := cli.Run(context.Background(), []string{"render", "--live", "--kubeconfig", kubeconfigFile(t), "-n", ns, "--name", "etcd"}, nil, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "--chart-render-memory") {
+		t.Fatalf("render --live exit %d: %s; want the memory budget exceeded", code, errOut.String())
+	}
+	if grew := peakRSS(t) - before; grew > 64<<20 {
+		t.Fatalf("this process's peak RSS grew by %d MiB: the chart rendered here", grew>>20)
+	}
+}
+
+func peakRSS(t *testing.T) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return ru.Maxrss << 10
 }

@@ -25,6 +25,11 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )
 
+// SandboxCommand, when set, starts the sandbox `render --live` renders a chart from the cluster
+// in (charts.Budget.Command); nil runs this executable. Tests built with the race detector
+// set it (internal/testutil/sandboxcmd).
+var SandboxCommand []string
+
 // liveFlags make render read the cluster: the live EtcdCluster (its UID gives the cluster
 // token and the owner references), the chart ConfigMap of spec.chart.source with the cluster's
 // capabilities, and the live StatefulSet whose claim templates the operator keeps.
@@ -112,7 +117,9 @@ func (l *liveFlags) render(ctx context.Context, in *inputFlags, embedded *charts
 		if err != nil {
 			return nil, err
 		}
-		if r, err = render.ChartFor(ctx, cl, disco, embedded, c, policy); err != nil {
+		// The tenant's chart renders in a sandbox with the operator's default budget.
+		sb := charts.NewSandbox(charts.Budget{Command: SandboxCommand})
+		if r, err = render.ChartFor(ctx, cl, disco, embedded, c, policy, sb); err != nil {
 			return nil, err
 		}
 	}

@@ -357,16 +357,18 @@ func dockerConfigLogin(data []byte, host string) (string, string, bool) {
 // ChartFor returns the Renderer of c's chart as the operator would pick it: embedded unless
 // spec.chart.source names a ConfigMap (read with reader) or an OCI chart (pulled now, under
 // the outbound policy p); d reads what such a chart sees of the cluster (nil: Helm's
-// defaults). For `etcd-pilot render --live`.
-func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster, p *egress.Policy) (*charts.Renderer, error) {
-	rend, err := chartFor(ctx, reader, d, embedded, c, p)
+// defaults). A chart from the cluster renders in sb, as the operator renders it: a tenant's
+// chart costs the one who runs the command no more than the budget. For `etcd-pilot render
+// --live`.
+func ChartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster, p *egress.Policy, sb *charts.Sandbox) (*charts.Renderer, error) {
+	rend, err := chartFor(ctx, reader, d, embedded, c, p, sb)
 	if err != nil || rend == embedded {
 		return rend, err
 	}
 	return rend.WithEgress(p), nil
 }
 
-func chartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster, p *egress.Policy) (*charts.Renderer, error) {
+func chartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryInterface, embedded *charts.Renderer, c *v1alpha1.EtcdCluster, p *egress.Policy, sb *charts.Sandbox) (*charts.Renderer, error) {
 	src := c.Spec.Chart.Source
 	if src == nil || (src.ConfigMap == nil && src.OCI == nil) {
 		return embedded, nil
@@ -388,13 +390,13 @@ func chartFor(ctx context.Context, reader client.Reader, d discovery.DiscoveryIn
 		if err != nil {
 			return nil, err
 		}
-		return rendererWith(archive, caps, nil)
+		return rendererWith(archive, caps, sb)
 	}
 	cm, key, err := chartConfigMap(ctx, reader, c)
 	if err != nil {
 		return nil, err
 	}
-	return chartFromConfigMap(cm, key, caps, nil)
+	return chartFromConfigMap(cm, key, caps, sb)
 }
 
 func chartConfigMap(ctx context.Context, reader client.Reader, c *v1alpha1.EtcdCluster) (*corev1.ConfigMap, string, error) {
