@@ -31,12 +31,18 @@ func TestTLSAdmission(t *testing.T) {
 			wantErr: []string{"at least 10m"}},
 		{name: "renewBefore longer than the duration refused", spec: tlsSpec(&v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, CertificateDuration: ptr.To(metaDuration("10m")), RenewBefore: ptr.To(metaDuration("10m"))}),
 			wantErr: []string{"renewBefore must be shorter"}},
-		{name: "auth without client TLS refused", spec: func(s *v1alpha1.EtcdClusterSpec) { s.Auth = &v1alpha1.AuthSpec{Enabled: true} },
-			wantErr: []string{"auth.enabled needs tls.client with clientCertAuth"}},
+		{name: "auth with spec.insecure and no client TLS refused", spec: func(s *v1alpha1.EtcdClusterSpec) {
+			s.Auth = &v1alpha1.AuthSpec{Enabled: true}
+			s.Insecure = true
+		}, wantErr: []string{"auth.enabled needs client TLS with clientCertAuth"}},
+		// The secure default's client TLS (the operator's certificate, client certificates
+		// required): nothing to write. A cluster created before secure defaults without
+		// tls.client is plain, and the auth planner says it waits for the certificate.
+		{name: "auth on the secure default accepted", spec: func(s *v1alpha1.EtcdClusterSpec) { s.Auth = &v1alpha1.AuthSpec{Enabled: true} }},
 		{name: "auth without client certificates refused", spec: func(s *v1alpha1.EtcdClusterSpec) {
 			s.Auth = &v1alpha1.AuthSpec{Enabled: true}
 			s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{ClientCertAuth: ptr.To(false)}}
-		}, wantErr: []string{"auth.enabled needs tls.client with clientCertAuth"}},
+		}, wantErr: []string{"auth.enabled needs client TLS with clientCertAuth"}},
 		{name: "auth with client TLS accepted", spec: func(s *v1alpha1.EtcdClusterSpec) {
 			s.Auth = &v1alpha1.AuthSpec{Enabled: true}
 			s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}
