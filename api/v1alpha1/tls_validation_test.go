@@ -200,3 +200,48 @@ func TestClientIdentityKeptWhileAuthMayBeOn(t *testing.T) {
 		})
 	}
 }
+
+// TestInsecureDoesNotDropClientTLSAtOnce: spec.insecure on a cluster whose client port
+// serves TLS by default (status.security TLS, no spec.tls.client) would switch its clients to
+// plain HTTP in one step; it is refused, as removing tls.client is without acceptPlain. With
+// tls.client written (acceptPlain: the clients move first), or on a cluster that serves plain
+// already (created before secure defaults), it is accepted.
+func TestInsecureDoesNotDropClientTLSAtOnce(t *testing.T) {
+	ns := env.Namespace(t)
+	const refused = "spec.insecure cannot be set on a cluster whose client port serves TLS by default"
+	for i, tc := range []struct {
+		name     string
+		create   func(*v1alpha1.EtcdClusterSpec)
+		security v1alpha1.SecurityMode
+		update   func(*v1alpha1.EtcdClusterSpec)
+		wantErr  []string
+	}{
+		{name: "on the secure default refused", security: v1alpha1.SecurityTLS,
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }, wantErr: []string{refused, "acceptPlain: true"}},
+		{name: "with tls.client acceptPlain accepted", security: v1alpha1.SecurityTLS,
+			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}} },
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }},
+		{name: "on a plain cluster from before secure defaults accepted", security: v1alpha1.SecurityPlain,
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }},
+		{name: "before the operator reported security accepted",
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(100+i), tc.create)
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatal(err)
+			}
+			if tc.security != "" {
+				ec.Status.Security = tc.security
+				if err := env.Client.Status().Update(reqCtx(t), ec); err != nil {
+					t.Fatalf("failed to set status.security: %v", err)
+				}
+			}
+			if err := env.Client.Get(reqCtx(t), client.ObjectKeyFromObject(ec), ec); err != nil {
+				t.Fatal(err)
+			}
+			tc.update(&ec.Spec)
+			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
+		})
+	}
+}
