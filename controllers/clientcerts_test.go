@@ -102,7 +102,9 @@ func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 	}
 
 	// Listed again: a new certificate into the emptied Secret.
-	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.TLS.Client.Certificates = []v1alpha1.ClientCertificate{{Name: "app"}} })
+	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) {
+		c.Spec.TLS.Client.Certificates = []v1alpha1.ClientCertificate{{Name: "app"}}
+	})
 	eventually(t, timeout, "a new certificate in Secret etcd-client-app", func() error {
 		s := &corev1.Secret{}
 		if err := getObject(ns, "etcd-client-app", s); err != nil {

@@ -23,12 +23,12 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/charts"
 	"github.com/etcd-pilot/etcd-pilot/controllers"
+	"github.com/etcd-pilot/etcd-pilot/internal/cli"
 	"github.com/etcd-pilot/etcd-pilot/internal/egress"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/manager"
 	"github.com/etcd-pilot/etcd-pilot/internal/testenv"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
-	"github.com/etcd-pilot/etcd-pilot/internal/cli"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/sandboxcmd"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
 )

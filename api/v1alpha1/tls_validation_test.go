@@ -219,7 +219,9 @@ func TestInsecureDoesNotDropClientTLSAtOnce(t *testing.T) {
 		{name: "on the secure default refused", security: v1alpha1.SecurityTLS,
 			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }, wantErr: []string{refused, "acceptPlain: true"}},
 		{name: "with tls.client acceptPlain accepted", security: v1alpha1.SecurityTLS,
-			create: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}} },
+			create: func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{AcceptPlain: true}}
+			},
 			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }},
 		{name: "on a plain cluster from before secure defaults accepted", security: v1alpha1.SecurityPlain,
 			update: func(s *v1alpha1.EtcdClusterSpec) { s.Insecure = true }},
