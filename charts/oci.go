@@ -107,7 +107,7 @@ func (t *cappedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return res, err
 	}
 	limit, what := t.other, "manifest"
-	if strings.Contains(req.URL.Path, "/blobs/") {
+	if strings.Contains(firstRequest(req).URL.Path, "/blobs/") {
 		limit, what = t.blob, "layer"
 	}
 	tooLarge := func(size int64) *BudgetError {
@@ -128,6 +128,16 @@ func (t *cappedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res.Body = &cappedBody{ReadCloser: res.Body, left: limit, err: tooLarge(0)}
 	return res, nil
+}
+
+// firstRequest is the request a redirect chain began with: a registry may redirect a blob's
+// download to a storage URL without /blobs/ in it (ECR sends it to S3), which is still the
+// blob. http.Client sets Response on a redirected request to the answer that redirected it.
+func firstRequest(req *http.Request) *http.Request {
+	for req.Response != nil && req.Response.Request != nil {
+		req = req.Response.Request
+	}
+	return req
 }
 
 // cappedBody fails a read past left bytes.

@@ -23,6 +23,12 @@ type hugeRegistry struct {
 }
 
 func newHugeRegistry(t *testing.T, size int64, withLength, hugeManifest bool) *hugeRegistry {
+	return newRegistry(t, size, withLength, hugeManifest, false)
+}
+
+// newRegistry is newHugeRegistry whose layer download, with redirect, is sent to a storage
+// URL without /blobs/ in it, as ECR sends it to S3.
+func newRegistry(t *testing.T, size int64, withLength, hugeManifest, redirect bool) *hugeRegistry {
 	cfg := []byte(`{"name":"etcd-cluster","version":"0.1.0","apiVersion":"v2"}`)
 	sum := sha256.Sum256(cfg)
 	cfgDigest := "sha256:" + hex.EncodeToString(sum[:])
@@ -68,7 +74,9 @@ func newHugeRegistry(t *testing.T, size int64, withLength, hugeManifest bool) *h
 			}
 		case strings.HasSuffix(req.URL.Path, "/blobs/"+cfgDigest):
 			_, _ = w.Write(cfg)
-		case strings.HasSuffix(req.URL.Path, "/blobs/"+layerDigest):
+		case strings.HasSuffix(req.URL.Path, "/blobs/"+layerDigest) && redirect:
+			http.Redirect(w, req, "/storage/"+layerDigest, http.StatusTemporaryRedirect)
+		case strings.HasSuffix(req.URL.Path, "/blobs/"+layerDigest) || req.URL.Path == "/storage/"+layerDigest:
 			zeros(w)
 		default:
 			http.NotFound(w, req)
@@ -105,5 +113,19 @@ func TestPullOCIRefusesALargeLayerBeforeReadingIt(t *testing.T) {
 			}
 			t.Logf("%v (the registry served %d KiB)", err, reg.served.Load()>>10)
 		})
+	}
+}
+
+// TestPullOCIRedirectedLayerKeepsTheLayerLimit: a registry that redirects a layer's download
+// to a storage URL without /blobs/ (ECR, to S3) is still reading the layer: it gets the
+// layer's limit, not the manifest's 256 KiB.
+func TestPullOCIRedirectedLayerKeepsTheLayerLimit(t *testing.T) {
+	reg := newRegistry(t, 300<<10, true, false, true)
+	_, _, err := charts.PullOCI("oci://"+strings.TrimPrefix(reg.URL, "http://")+"/platform/etcd-cluster", "0.1.0", charts.OCIOptions{PlainHTTP: true, Egress: localRegistry(t)})
+	if err == nil || budgetLimit(err) == charts.LimitManifest {
+		t.Fatalf("got %v: a 300 KiB layer behind a redirect was held to the manifest limit", err)
+	}
+	if served := reg.served.Load(); served != 300<<10 {
+		t.Fatalf("the registry served %d KiB of the 300 KiB layer", served>>10)
 	}
 }
