@@ -138,7 +138,7 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, now time.Time) (bool, error) {
 	want := render.Revocations(c)
 	for pass, rd := range []client.Reader{r.Client, r.apiReader()} {
-		crl, err := observe.ReadCRL(ctx, rd, c.Namespace, want.CRLSecret)
+		crl, err := observe.ReadCRL(ctx, rd, c)
 		if err != nil {
 			return false, err
 		}

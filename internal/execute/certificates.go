@@ -157,6 +157,9 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 	if cur.Type != corev1.SecretTypeTLS || cur.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
 		return &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not one etcd-pilot keeps (type kubernetes.io/tls, label %s=%s): the operator keeps this name for the cluster's certificates and does not overwrite it; rename or delete that Secret, or use tls source Secret", c.Namespace, name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
 	}
+	if err := ownSecret(c, cur); err != nil {
+		return err
+	}
 	// Only if it is still the Secret this pass planned from (optimistic lock).
 	cur.ResourceVersion = m.ResourceVersion
 	cur.Data = sec.Data
@@ -258,6 +261,9 @@ func (x *Executor) revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs
 			}
 			return fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, s.Secret, err)
 		}
+		if err := ownSecret(c, sec); err != nil {
+			return err
+		}
 		sec.Data = map[string][]byte{certs.CertKey: {}, certs.KeyKey: {}}
 		delete(sec.Labels, v1alpha1.LabelClientCertificate)
 		delete(sec.Annotations, v1alpha1.AnnotationIssuedSerials)
@@ -306,5 +312,16 @@ func (x *Executor) revoke(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs
 	// Names of Secrets only: never their contents.
 	x.Recorder.Eventf(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: s.Secret}}, corev1.EventTypeNormal,
 		string(s.Kind), string(s.Kind), "%s: Secret %s (%s)", s.Kind, s.Secret, s.Reason)
+	return nil
+}
+
+// ownSecret refuses a Secret another cluster keeps: names are made of the cluster's name and
+// a suffix (<cluster>-client-<entry>, <cluster>-crl), so one cluster's name can be another's
+// (cluster z's entry foo-ca is cluster z-client-foo's CA Secret). The operator writes only
+// Secrets labelled with this cluster.
+func ownSecret(c *v1alpha1.EtcdCluster, s *corev1.Secret) error {
+	if owner := s.Labels[v1alpha1.LabelCluster]; owner != c.Name {
+		return &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s belongs to another cluster (label %s=%q): its name is also one this cluster's certificates would take; rename the spec.tls.client.certificates entry (or the cluster) so that the names differ", s.Namespace, s.Name, v1alpha1.LabelCluster, owner)}
+	}
 	return nil
 }

@@ -406,9 +406,11 @@ type CRL struct {
 // Exists reports whether the list's Secret exists.
 func (l CRL) Exists() bool { return l.ResourceVersion != "" }
 
-// ReadCRL reads the revocation list's Secret name: the entries it keeps (data key revoked,
-// JSON), from which crl.der is written.
-func ReadCRL(ctx context.Context, rd client.Reader, namespace, name string) (CRL, error) {
+// ReadCRL reads c's revocation list's Secret (v1alpha1.ClientCRLSecretName): the entries it
+// keeps (data key revoked, JSON), from which crl.der is written. A Secret of that name that
+// is not c's (another cluster's, or the user's) is refused, never taken or replaced.
+func ReadCRL(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster) (CRL, error) {
+	namespace, name := c.Namespace, v1alpha1.ClientCRLSecretName(c.Name)
 	s := &corev1.Secret{}
 	err := rd.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
@@ -416,6 +418,9 @@ func ReadCRL(ctx context.Context, rd client.Reader, namespace, name string) (CRL
 	}
 	if err != nil {
 		return CRL{}, fmt.Errorf("failed to get Secret %s/%s: %w", namespace, name, err)
+	}
+	if s.Labels[v1alpha1.LabelCluster] != c.Name || s.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
+		return CRL{}, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not this cluster's revocation list (labels %s=%s and %s=%s): the operator keeps this name for it and does not overwrite it; rename or delete that Secret", namespace, name, v1alpha1.LabelCluster, c.Name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
 	}
 	l := CRL{ResourceVersion: s.ResourceVersion}
 	l.Number, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationCRLNumber], 10, 64)

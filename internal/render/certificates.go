@@ -1,6 +1,8 @@
 package render
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"strings"
@@ -118,14 +120,18 @@ const LegacyOperatorCommonName = "etcd-pilot"
 
 // OperatorCommonName is the subject common name of the client certificate the operator
 // presents for c; etcd takes it as the user name when authentication is on. A cluster created
-// under secure defaults gets its own, etcd-pilot-<UID>, from the start, so no other
-// cluster's operator certificate names its user even when both come from one CA. A cluster
-// created before keeps LegacyOperatorCommonName: its etcd may know that user only.
+// under secure defaults gets its own from the start, etcd-pilot-<32 hex digits of the SHA-256
+// of namespace/name>, so no other cluster's operator certificate names its user even when
+// both come from one CA (no two clusters share a namespace and a name). It is not the UID:
+// a cluster recreated under its name over its volumes, or restored from its own backup,
+// keeps the user its etcd knows. A cluster created before keeps LegacyOperatorCommonName:
+// its etcd may know that user only.
 func OperatorCommonName(c *v1alpha1.EtcdCluster) string {
-	if values.SecureDefaults(c) && c.UID != "" {
-		return LegacyOperatorCommonName + "-" + string(c.UID)
+	if !values.SecureDefaults(c) {
+		return LegacyOperatorCommonName
 	}
-	return LegacyOperatorCommonName
+	sum := sha256.Sum256([]byte(c.Namespace + "/" + c.Name))
+	return LegacyOperatorCommonName + "-" + hex.EncodeToString(sum[:16])
 }
 
 // memberNames are the names a member is reached by: every pod's DNS name (a wildcard below

@@ -1,7 +1,8 @@
 package render
 
 import (
-	"k8s.io/apimachinery/pkg/types"
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	unstr "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
@@ -155,26 +157,31 @@ func TestClusterIssuersOnlyWhereTheAdminAllowsThem(t *testing.T) {
 }
 
 // TestOperatorCommonNameIsPerCluster: under secure defaults the operator's client certificate
-// names its own cluster (etcd-pilot-<UID>), in what the Operator source issues and in what
-// cert-manager is asked for, so two clusters on one CA never share the operator's etcd user;
-// a cluster created before keeps the name its etcd knows.
+// names its own cluster (etcd-pilot-<hash of namespace/name>), in what the Operator source
+// issues and in what cert-manager is asked for, so two clusters on one CA never share the
+// operator's etcd user, whatever their names; the same cluster recreated (a new UID) keeps
+// it; a cluster created before keeps the name its etcd knows.
 func TestOperatorCommonNameIsPerCluster(t *testing.T) {
 	legacy := func() *v1alpha1.EtcdCluster {
 		return &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "team-a", UID: "uid-1"},
 			Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}}}}
 	}
-	marked := func(uid string) *v1alpha1.EtcdCluster {
+	marked := func(ns, uid string) *v1alpha1.EtcdCluster {
 		c := legacy()
-		c.UID = types.UID(uid)
+		c.Namespace, c.UID = ns, types.UID(uid)
 		c.Annotations = map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}
 		return c
 	}
-	a, b := marked("6f1c2a9e-0d4b-4e8a-9f3c-1b2d3e4f5a6b"), marked("0a9b8c7d-6e5f-4a3b-8c1d-0e9f8a7b6c5d")
-	if got := OperatorCommonName(a); got != "etcd-pilot-6f1c2a9e-0d4b-4e8a-9f3c-1b2d3e4f5a6b" {
-		t.Errorf("OperatorCommonName = %q", got)
+	a, b := marked("team-a", "6f1c2a9e-0d4b-4e8a-9f3c-1b2d3e4f5a6b"), marked("team-b", "0a9b8c7d-6e5f-4a3b-8c1d-0e9f8a7b6c5d")
+	sum := sha256.Sum256([]byte("team-a/etcd"))
+	if got := OperatorCommonName(a); got != "etcd-pilot-"+hex.EncodeToString(sum[:16]) {
+		t.Errorf("OperatorCommonName = %q, want etcd-pilot- and 32 hex digits", got)
 	}
 	if OperatorCommonName(a) == OperatorCommonName(b) {
-		t.Errorf("two clusters share the operator's user %q", OperatorCommonName(a))
+		t.Errorf("two clusters named etcd in two namespaces share the operator's user %q", OperatorCommonName(a))
+	}
+	if again := marked("team-a", "11111111-2222-3333-4444-555555555555"); OperatorCommonName(again) != OperatorCommonName(a) {
+		t.Errorf("the cluster recreated under its name gets another user (%q, then %q): its etcd knows the first", OperatorCommonName(a), OperatorCommonName(again))
 	}
 	if got := OperatorCommonName(legacy()); got != LegacyOperatorCommonName {
 		t.Errorf("a cluster from before secure defaults gets %q, want %q (its etcd knows that user)", got, LegacyOperatorCommonName)

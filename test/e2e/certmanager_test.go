@@ -346,7 +346,7 @@ func TestTLSClusterWithCertManagerIssuer(t *testing.T) {
 // TestClustersOnOneCAAreNotRootOnEachOther: two clusters whose certificates come from one CA
 // (here one CA Issuer for both, as a ClusterIssuer the admin allows would be), both with
 // etcd's authentication on. Each operator certificate names its own cluster
-// (etcd-pilot-<UID>): cluster a's is served by a's etcd (root there), and refused by b's,
+// (etcd-pilot-<hash of namespace/name>): cluster a's is served by a's etcd (root there), and refused by b's,
 // though b's members trust its CA; so is the reverse. With one fixed common name for every
 // cluster, a's certificate was root on b.
 func TestClustersOnOneCAAreNotRootOnEachOther(t *testing.T) {
