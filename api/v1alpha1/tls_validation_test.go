@@ -247,3 +247,35 @@ func TestInsecureDoesNotDropClientTLSAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestOperatorIdentityKeptUnderAuthOnTheSecureDefault: with auth on and the secure default's
+// client TLS (no tls.client written: source Operator), writing tls.client with another
+// source would change the operator's certificate, and its user in etcd: refused, as a
+// written tls.client's source change is.
+func TestOperatorIdentityKeptUnderAuthOnTheSecureDefault(t *testing.T) {
+	ns := env.Namespace(t)
+	const refused = "tls.client.source and tls.client.operatorSecretName cannot change while auth is enabled"
+	authOn := func(s *v1alpha1.EtcdClusterSpec) { s.Auth = &v1alpha1.AuthSpec{Enabled: true} }
+	for i, tc := range []struct {
+		name    string
+		create  func(*v1alpha1.EtcdClusterSpec)
+		update  func(*v1alpha1.EtcdClusterSpec)
+		wantErr []string
+	}{
+		{name: "the user's Secret written over the default refused", create: authOn,
+			update: func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Source: v1alpha1.TLSSourceSecret, SecretName: "s", OperatorSecretName: "o"}}
+			}, wantErr: []string{refused}},
+		{name: "the default written out (source Operator) accepted", create: authOn,
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.TLS = &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ec := newCluster(ns, objectName(200+i), tc.create)
+			if err := env.Client.Create(reqCtx(t), ec); err != nil {
+				t.Fatal(err)
+			}
+			tc.update(&ec.Spec)
+			checkAdmission(t, env.Client.Update(reqCtx(t), ec), tc.wantErr)
+		})
+	}
+}
