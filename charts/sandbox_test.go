@@ -147,14 +147,16 @@ func TestSandboxRefusesARenderThatTakesMemory(t *testing.T) {
 	}
 	after := maxRSS(t)
 	t.Logf("this process's peak RSS %d MiB before, %d MiB after; the sandbox's %d MiB", before>>20, after>>20, runs()[1].MaxRSS>>20)
+	// Growth, not a level: earlier tests of this binary (with the race detector's shadow
+	// memory) can have taken its peak anywhere already.
 	if grew := after - before; grew > 32<<20 {
 		t.Fatalf("this process's peak RSS grew by %d MiB: the render ran here", grew>>20)
 	}
-	if after > 200<<20 {
-		t.Fatalf("this process's peak RSS is %d MiB", after>>20)
-	}
-	if child := runs()[1].MaxRSS; child == 0 || child > 200<<20 {
-		t.Fatalf("the sandbox's peak RSS is %d MiB, want it bounded by the budget", child>>20)
+	// Linux starts a child's peak RSS at its parent's when it forks (exec keeps it), so the
+	// sandbox's reads at least this process's peak at the fork: bounded by the budget, or by
+	// that, whichever is higher. The render alone would take 400 MB.
+	if child := runs()[1].MaxRSS; child == 0 || child > max(before, 200<<20) {
+		t.Fatalf("the sandbox's peak RSS is %d MiB (this process's %d MiB), want it bounded by the budget", child>>20, before>>20)
 	}
 	if _, err := r.Render(rel, map[string]any{}); budgetLimit(err) != charts.LimitMemory || len(runs()) != 2 {
 		t.Fatalf("second try: %v after %d sandbox runs, want the kept error and no new run", err, len(runs()))
