@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -87,6 +88,12 @@ func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 	// The last entry removed: the list stays, and so does the members' flag.
 	updateCluster(t, ns, func(c *v1alpha1.EtcdCluster) { c.Spec.TLS.Client.Certificates = nil })
 	eventually(t, timeout, "Secret etcd-client-reports emptied", func() error { return retired(ns, "etcd-client-reports") })
+	eventually(t, timeout, "a pass over the spec without certificates", func() error {
+		if c := getCluster(t, ns); c.Status.ObservedGeneration != c.Generation {
+			return fmt.Errorf("observedGeneration %d of %d", c.Status.ObservedGeneration, c.Generation)
+		}
+		return nil
+	})
 	if c := getCluster(t, ns); !c.Status.ClientRevocationList {
 		t.Errorf("status.clientRevocationList is false with the list in place")
 	}
@@ -99,6 +106,27 @@ func TestApplicationCertificatesAreIssuedAndRevoked(t *testing.T) {
 	}
 	if n := len(revokedOf(t, ns)); n != 2 {
 		t.Errorf("the list holds %d entries, want both removed certificates", n)
+	}
+
+	// Status lost (a restore of the object, a status written by hand): the members keep
+	// reading the list, since a pass takes it from the list's Secret.
+	c := getCluster(t, ns)
+	c.Status.ClientRevocationList = false
+	if err := env.Client.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, ns)
+	eventually(t, timeout, "status.clientRevocationList recorded again", func() error {
+		if !getCluster(t, ns).Status.ClientRevocationList {
+			return fmt.Errorf("still false")
+		}
+		return nil
+	})
+	if err := getObject(ns, "etcd", sts); err != nil {
+		t.Fatal(err)
+	}
+	if got := etcdArg(sts, "--client-crl-file"); got == "" {
+		t.Errorf("the members stopped reading the list when status forgot it")
 	}
 
 	// Listed again: a new certificate into the emptied Secret.

@@ -302,6 +302,13 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	logger := log.FromContext(ctx)
 	// What earlier passes recorded, loaded once: the pass reads it from here, not from status.
 	mem := memory.Of(c)
+	// Whether the members read the revocation list is what exists, not what status says: a
+	// lost status must not drop the list from the members (revoked certificates would be
+	// taken again).
+	var err error
+	if mem.ClientRevocationList, err = observe.CRLExists(ctx, r.cached(ctx), c); err != nil {
+		return ctrl.Result{}, err
+	}
 	obs := observe.Observation{Cluster: c.Name, Memory: mem, Generation: c.Generation, Paused: c.Spec.Paused, WasAvailable: status.WasAvailable(c), Now: time.Now()}
 	_, obs.TargetVersion = versionTargets(c, mem)
 	obs.SnapshotCount = snapshotCount(c)

@@ -66,6 +66,14 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 			}
 			want.MembersOnGeneration = -1
 			want.ServedByCurrentCA = false
+			want.Revoked = nil
+			if crl, err := observe.ReadCRL(ctx, rd, c); err == nil {
+				// A list that cannot be read is reported by the revocations below.
+				want.Revoked = map[string]bool{}
+				for _, e := range crl.Entries {
+					want.Revoked[e.Serial] = true
+				}
+			}
 			if certificates.Rotating(observed[want.CASecret]) {
 				g, err := observe.MembersGeneration(ctx, r.cached(ctx), c, t)
 				if err != nil {

@@ -3,6 +3,7 @@ package chartcontract
 import (
 	"fmt"
 	"path"
+	"slices"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,11 +43,11 @@ var flagName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 // last, in either dash form, so a second one overrides the first silently), no unsafe flag;
 // then the flags' values as etcd reads them against the TLS the contract asks for.
 func checkEtcdFlags(cmd, args []string, c Contract, where string, add func(string, ...any)) {
-	// The command is etcd itself: without one the image's entrypoint runs (spec.image is the
-	// tenant's), and a shell (sh -c "etcd ...") would run whatever its string says, which no
-	// flag check sees.
-	if len(cmd) != 1 || path.Base(cmd[0]) != "etcd" {
-		add("%s: the etcd container's command must be the etcd binary alone (for example [/usr/local/bin/etcd]), with every flag in args; it is %q: anything else (a shell, or the image's entrypoint when it is absent) would run what no check of the flags sees", where, cmd)
+	// The command is etcd itself, then flags (which are checked with the args): without one
+	// the image's entrypoint runs, and a shell (sh -c "etcd ...") would run whatever its
+	// string says, which no flag check sees.
+	if len(cmd) == 0 || path.Base(cmd[0]) != "etcd" || slices.ContainsFunc(cmd[1:], func(w string) bool { return !strings.HasPrefix(w, "-") }) {
+		add("%s: the etcd container's command must be the etcd binary (for example [/usr/local/bin/etcd]), followed by flags only; it is %q: anything else (a shell, or the image's entrypoint when it is absent) would run what no check of the flags sees", where, cmd)
 	}
 	first := map[string]string{}
 	for _, part := range []struct {

@@ -12,7 +12,7 @@
 //     each step it takes.
 //   - TrustGeneration and CARotation are read from the CA Secret the operator keeps, which
 //     only the executor writes; the pass records them in status after the certificates step.
-//     So is ClientRevocationList, from the revocation list's Secret.
+//     ClientRevocationList is recorded too, but a pass reads it from the list's Secret.
 //   - AuthEnabled is what etcd last answered of its authentication, recorded by status.Set.
 //   - ExtraKinds are the kinds beyond the built-in ones the chart rendered, recorded before
 //     the first object of a kind is applied, so a later pass can prune them.
@@ -45,7 +45,10 @@ type Memory struct {
 	// CARotation says where a CA rotation stands ("" when none runs).
 	CARotation string
 	// ClientRevocationList is whether the revocation list of the application client
-	// certificates exists: the members then read it.
+	// certificates exists: the members then read it. Unlike the rest, it is read at the start
+	// of the pass from the list's Secret (observe.CRLExists), not from status, so that a lost
+	// status never drops the list from the members; Of takes status.clientRevocationList for
+	// callers outside a pass.
 	ClientRevocationList bool
 	// Restore is the latest restore's record (nil when there was none).
 	Restore *v1alpha1.RestoreStatus

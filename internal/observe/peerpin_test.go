@@ -103,7 +103,10 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = corev1.AddToScheme(s)
 	kc := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: "etcd-0", Labels: map[string]string{v1alpha1.LabelCluster: secure.Name}}, Status: corev1.PodStatus{PodIP: ip}},
+		// The member pod as it runs: AskPeer reads from its flags that the peers are pinned.
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: "etcd-0", Labels: map[string]string{v1alpha1.LabelCluster: secure.Name}},
+			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Command: []string{"/usr/local/bin/etcd"}, Args: []string{"--peer-cert-allowed-hostname=" + pin}}}},
+			Status: corev1.PodStatus{PodIP: ip}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.PeerTLSSecretName(secure.Name)},
 			Data: map[string][]byte{certs.CertKey: peer.Cert, certs.KeyKey: peer.Key, certs.CAKey: ca.Cert}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.CASecretName(secure.Name)},

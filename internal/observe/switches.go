@@ -400,7 +400,7 @@ func secretVolume(ps *corev1.PodSpec, name string) string {
 // cluster's label), and the host is only what TLS verifies; a cluster domain a tenant points
 // elsewhere cannot make the operator connect there.
 func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, c *v1alpha1.EtcdCluster, u string, clusterID uint64, secret string) string {
-	addr, why := memberAddress(ctx, kc, c, u)
+	addr, pinned, why := memberAddress(ctx, kc, c, u)
 	if why != "" {
 		return why
 	}
@@ -421,7 +421,7 @@ func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, 
 		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(s.Data[certs.CAKey])
-		pair, named := peerQuestionCert(ctx, api, c, s)
+		pair, named := peerQuestionCert(ctx, api, c, s, pinned)
 		cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 		if err != nil {
 			return fmt.Sprintf("the peer Secret %s holds no usable key pair: %v", secret, err)
@@ -458,10 +458,11 @@ func AskPeer(ctx context.Context, kc, api client.Reader, timeout time.Duration, 
 // peerQuestionCert is the client certificate AskPeer presents on a TLS peer port: one without
 // names (etcd checks the names of a certificate that has some against the address it
 // connects from), issued now by the cluster's CA when the operator keeps it and the peer bundle
-// trusts it (named false), else the members' own peer certificate (named true).
-func peerQuestionCert(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, peer *corev1.Secret) (certs.KeyPair, bool) {
+// trusts it (named false), else the members' own peer certificate (named true). pinned is
+// whether the member runs with --peer-cert-allowed-hostname.
+func peerQuestionCert(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, peer *corev1.Secret, pinned bool) (certs.KeyPair, bool) {
 	own := certs.KeyPair{Cert: peer.Data[certs.CertKey], Key: peer.Data[certs.KeyKey]}
-	if values.PinPeers(c) {
+	if pinned {
 		// The peer port takes only certificates that name the members
 		// (--peer-cert-allowed-hostname), and etcd checks that a certificate with names
 		// names the address it connects from, which the operator's is not: a handshake.
@@ -623,29 +624,31 @@ func sanCovers(ctx context.Context, res resolver, cert *x509.Certificate, ip str
 
 // memberAddress is where AskPeer connects for the peer URL u: the IP of the member pod u's
 // host names (its first DNS label), in c's namespace and with c's cluster label, and u's
-// port. why says what is missing instead.
-func memberAddress(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, u string) (addr, why string) {
+// port; pinned is whether that pod's etcd runs with --peer-cert-allowed-hostname (what runs,
+// not what the spec asks). why says what is missing instead.
+func memberAddress(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, u string) (addr string, pinned bool, why string) {
 	pu, err := url.Parse(u)
 	if err != nil || pu.Hostname() == "" {
-		return "", "the peer URL is no URL with a host"
+		return "", false, "the peer URL is no URL with a host"
 	}
 	port := pu.Port()
 	if port == "" {
-		return "", "the peer URL names no port"
+		return "", false, "the peer URL names no port"
 	}
 	name, _, _ := strings.Cut(pu.Hostname(), ".")
 	pod := &corev1.Pod{}
 	if err := kc.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", fmt.Sprintf("no member pod %s for the peer URL's host", name)
+			return "", false, fmt.Sprintf("no member pod %s for the peer URL's host", name)
 		}
-		return "", fmt.Sprintf("failed to get pod %s: %v", name, err)
+		return "", false, fmt.Sprintf("failed to get pod %s: %v", name, err)
 	}
 	if pod.Labels[v1alpha1.LabelCluster] != c.Name {
-		return "", fmt.Sprintf("pod %s is no member of this cluster", name)
+		return "", false, fmt.Sprintf("pod %s is no member of this cluster", name)
 	}
 	if pod.Status.PodIP == "" {
-		return "", fmt.Sprintf("member pod %s has no IP yet", name)
+		return "", false, fmt.Sprintf("member pod %s has no IP yet", name)
 	}
-	return net.JoinHostPort(pod.Status.PodIP, port), ""
+	flags, _ := chartcontract.EtcdContainerArgs(&pod.Spec)
+	return net.JoinHostPort(pod.Status.PodIP, port), flags.Has("peer-cert-allowed-hostname"), ""
 }

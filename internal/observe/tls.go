@@ -395,6 +395,21 @@ func ReadClientSecrets(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCl
 	return out, nil
 }
 
+// CRLExists reports whether c's revocation list exists (its Secret, labelled as c's): the
+// members then read it. A Secret of that name that is not c's is none; a read that fails is
+// an error, never "none" (the members would stop reading the list).
+func CRLExists(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster) (bool, error) {
+	s := &corev1.Secret{}
+	err := rd.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: v1alpha1.ClientCRLSecretName(c.Name)}, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("failed to get Secret %s/%s: %w", c.Namespace, v1alpha1.ClientCRLSecretName(c.Name), err)
+	}
+	return s.Labels[v1alpha1.LabelCluster] == c.Name && s.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue, nil
+}
+
 // CRL is the revocation list's Secret as read: its entries, the list's number and the
 // Secret's resourceVersion ("" when it does not exist).
 type CRL struct {

@@ -48,11 +48,11 @@ func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology) (certificates.Wan
 }
 
 // Revocations is what the spec asks of the revocation list of application client
-// certificates (spec.tls.client.certificates, source Operator).
+// certificates (spec.tls.client.certificates, source Operator): certificates the spec no
+// longer lists, whatever its client side is now, are revoked.
 func Revocations(c *v1alpha1.EtcdCluster) certificates.RevocationWant {
 	w := certificates.RevocationWant{CRLSecret: v1alpha1.ClientCRLSecretName(c.Name), Wanted: map[string]bool{}}
 	if t := c.Spec.TLS; t != nil && t.Client != nil && SourceOf(t.Client.Source) == v1alpha1.TLSSourceOperator {
-		w.Revokes = true
 		for _, a := range t.Client.Certificates {
 			w.Wanted[v1alpha1.ClientCertificateSecretName(c.Name, a.Name)] = true
 		}

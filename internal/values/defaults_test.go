@@ -82,27 +82,37 @@ func TestPinPeers(t *testing.T) {
 	peer := func(src v1alpha1.TLSSource, pin *bool) *v1alpha1.TLSSpec {
 		return &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{Source: src, SecretName: "p", PinPeers: pin}}
 	}
+	withApps := func(pin *bool) *v1alpha1.TLSSpec {
+		t := peer(v1alpha1.TLSSourceOperator, pin)
+		t.Client = &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}
+		return t
+	}
 	for _, tc := range []struct {
 		name string
 		ann  map[string]string
 		tls  *v1alpha1.TLSSpec
 		want bool
+		crl  bool
 	}{
-		{"secure defaults, operator's certificates", marked, peer(v1alpha1.TLSSourceOperator, nil), true},
-		{"secure defaults, cert-manager's", marked, peer(v1alpha1.TLSSourceCertManager, nil), true},
-		{"secure defaults, the user's Secret", marked, peer(v1alpha1.TLSSourceSecret, nil), false},
-		{"the user's Secret, asked for", marked, peer(v1alpha1.TLSSourceSecret, &yes), true},
-		{"created before secure defaults", nil, peer(v1alpha1.TLSSourceOperator, nil), false},
-		{"created before, asked for", nil, peer(v1alpha1.TLSSourceOperator, &yes), true},
-		{"secure defaults, turned off", marked, peer(v1alpha1.TLSSourceOperator, &no), false},
-		{"no peer TLS", marked, &v1alpha1.TLSSpec{}, false},
+		{name: "created before, with application certificates (they must not speak raft)", tls: withApps(nil), want: true},
+		{name: "created before, the list kept after the last application certificate went", tls: peer(v1alpha1.TLSSourceOperator, nil), crl: true, want: true},
+		{name: "application certificates, pinning turned off", tls: withApps(&no), want: false},
+		{name: "secure defaults, operator's certificates", ann: marked, tls: peer(v1alpha1.TLSSourceOperator, nil), want: true},
+		{name: "secure defaults, cert-manager's", ann: marked, tls: peer(v1alpha1.TLSSourceCertManager, nil), want: true},
+		{name: "secure defaults, the user's Secret", ann: marked, tls: peer(v1alpha1.TLSSourceSecret, nil), want: false},
+		{name: "the user's Secret, asked for", ann: marked, tls: peer(v1alpha1.TLSSourceSecret, &yes), want: true},
+		{name: "created before secure defaults", ann: nil, tls: peer(v1alpha1.TLSSourceOperator, nil), want: false},
+		{name: "created before, asked for", ann: nil, tls: peer(v1alpha1.TLSSourceOperator, &yes), want: true},
+		{name: "secure defaults, turned off", ann: marked, tls: peer(v1alpha1.TLSSourceOperator, &no), want: false},
+		{name: "no peer TLS", ann: marked, tls: &v1alpha1.TLSSpec{}, want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: tc.ann}, Spec: v1alpha1.EtcdClusterSpec{TLS: tc.tls}}
-			if got := PinPeers(c); got != tc.want {
+			m := memory.Memory{ClientRevocationList: tc.crl}
+			if got := PinPeers(c, m); got != tc.want {
 				t.Errorf("PinPeers = %v, want %v", got, tc.want)
 			}
-			tv, err := tlsValues(c, Phase{}, memory.Memory{})
+			tv, err := tlsValues(c, Phase{}, m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,19 +135,20 @@ func TestNetworkPolicyWrittenForItsClientsStaysOn(t *testing.T) {
 		np   *v1alpha1.NetworkPolicySpec
 		want bool
 	}{
-		{"secure defaults, allowedClients only", marked, &v1alpha1.NetworkPolicySpec{AllowedClients: clients}, true},
-		{"secure defaults, turned off", marked, &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(false), AllowedClients: clients}, false},
-		{"created before, allowedClients only", nil, &v1alpha1.NetworkPolicySpec{AllowedClients: clients}, false},
-		{"created before, turned on", nil, &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, true},
+		{name: "secure defaults, allowedClients only", ann: marked, np: &v1alpha1.NetworkPolicySpec{AllowedClients: clients}, want: true},
+		{name: "secure defaults, turned off", ann: marked, np: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(false), AllowedClients: clients}, want: false},
+		{name: "created before, allowedClients only", ann: nil, np: &v1alpha1.NetworkPolicySpec{AllowedClients: clients}, want: false},
+		{name: "created before, turned on", ann: nil, np: &v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: tc.ann}, Spec: v1alpha1.EtcdClusterSpec{NetworkPolicy: tc.np}}
+			stored := c.DeepCopy()
 			got := networkPolicyValues(Effective(c, Operator{}), Operator{}) != nil
 			if got != tc.want {
 				t.Errorf("policy rendered %v, want %v", got, tc.want)
 			}
-			if c.Spec.NetworkPolicy.Enabled != tc.np.Enabled {
-				t.Errorf("Effective changed the stored spec")
+			if !equality.Semantic.DeepEqual(c, stored) {
+				t.Errorf("Effective changed the stored spec: %+v, then %+v", stored.Spec.NetworkPolicy, c.Spec.NetworkPolicy)
 			}
 		})
 	}

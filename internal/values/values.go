@@ -265,7 +265,7 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase, m memory.Memory) (*charts.TLSVa
 		}
 	}
 	if out.Peer.Enabled && t != nil && t.Peer != nil {
-		out.Peer.PinPeers = PinPeers(c)
+		out.Peer.PinPeers = PinPeers(c, m)
 	}
 	mode := p.Client
 	if mode == "" {
@@ -303,11 +303,13 @@ func tlsValues(c *v1alpha1.EtcdCluster, p Phase, m memory.Memory) (*charts.TLSVa
 }
 
 // PinPeers reports whether the peer port takes only certificates valid for the members' own
-// names (spec.tls.peer.pinPeers): when unset, for clusters created under secure defaults
-// whose peer certificates the operator or cert-manager issues (naming every member), so a
-// client certificate of the same CA cannot speak raft. Clusters created before secure
-// defaults keep their flags (no restart) unless they ask.
-func PinPeers(c *v1alpha1.EtcdCluster) bool {
+// names (spec.tls.peer.pinPeers). Unset, it does where the peer certificates are the
+// operator's or cert-manager's (they name every member) and either the cluster was created
+// under secure defaults, or the operator issues application certificates from the cluster's
+// CA (spec.tls.client.certificates, or a revocation list kept from them, m): those must not
+// speak raft, and the revocation list guards the client port only. Other clusters created
+// before secure defaults keep their flags (no restart) unless they ask.
+func PinPeers(c *v1alpha1.EtcdCluster, m memory.Memory) bool {
 	t := c.Spec.TLS
 	if t == nil || t.Peer == nil {
 		return false
@@ -315,7 +317,11 @@ func PinPeers(c *v1alpha1.EtcdCluster) bool {
 	if p := t.Peer.PinPeers; p != nil {
 		return *p
 	}
-	return SecureDefaults(c) && t.Peer.Source != v1alpha1.TLSSourceSecret
+	if t.Peer.Source == v1alpha1.TLSSourceSecret {
+		return false
+	}
+	apps := (t.Client != nil && len(t.Client.Certificates) > 0) || m.ClientRevocationList
+	return SecureDefaults(c) || apps
 }
 
 // networkPolicyValues turns spec.networkPolicy into the chart's networkPolicy block, with the

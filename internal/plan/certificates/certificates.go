@@ -25,6 +25,7 @@ const (
 	ReasonNamesChanged  = "NamesChanged"
 	ReasonDue           = "DueForRenewal"
 	ReasonBundleChanged = "TrustBundleChanged"
+	ReasonRevoked       = "Revoked"
 )
 
 // Material is what a Secret holds, by key: tls.crt, tls.key and ca.crt. The CA Secret also
@@ -76,6 +77,10 @@ type Want struct {
 	// Formed is true once the cluster has formed with these certificates: a missing CA is
 	// then never created anew, since the members trust the one they started with.
 	Formed bool
+	// Revoked are the serial numbers the revocation list carries: an application leaf whose
+	// certificate is among them (its entry removed, then listed again before its Secret was
+	// emptied) is issued again.
+	Revoked map[string]bool
 	// ServedByCurrentCA is whether every member serves, on its client and peer ports, a
 	// certificate signed by the current CA (read in a handshake). The observer reads it only
 	// when AsksServedByCurrentCA says the plan needs it (before the old CA is dropped); false
@@ -179,6 +184,9 @@ func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry
 	var steps []Step
 	for _, l := range w.Leaves {
 		reason, leaf := leafState(l, observed, caMat.Cert, bundle, w.RenewBefore, now)
+		if reason == "" && l.Application != "" && w.Revoked[certs.Serial(leaf)] {
+			reason = ReasonRevoked
+		}
 		if reason != "" {
 			steps = append(steps, Step{Kind: IssueLeaf, Secret: l.Secret, Leaf: l, Reason: reason})
 			continue

@@ -94,6 +94,15 @@ func TestPlan(t *testing.T) {
 			m.CA = append(append([]byte{}, m.CA...), m.CA...)
 			o["e-operator-client-tls"] = m
 		}, t0, []string{"IssueLeaf e-operator-client-tls TrustBundleChanged"}},
+		{"an application's certificate in the revocation list (listed again before its Secret was emptied)", func(w *Want, o map[string]Material) {
+			w.Leaves[1].Application = "app"
+			leaf, _ := certs.Parse(o["e-operator-client-tls"].Cert)
+			w.Revoked = map[string]bool{certs.Serial(leaf): true}
+		}, t0, []string{"IssueLeaf e-operator-client-tls Revoked"}},
+		{"a member's certificate is never the list's", func(w *Want, o map[string]Material) {
+			leaf, _ := certs.Parse(o["e-peer-tls"].Cert)
+			w.Revoked = map[string]bool{certs.Serial(leaf): true}
+		}, t0, nil},
 		{"signed by another CA", func(_ *Want, o map[string]Material) {
 			other, _ := certs.NewCA("other", t0, time.Hour*24*365)
 			p, _ := certs.Issue(other, want().Leaves[0].Request, t0)

@@ -37,10 +37,6 @@ type ClientSecret struct {
 type RevocationWant struct {
 	// CRLSecret holds the list.
 	CRLSecret string
-	// Revokes is true with source Operator: the operator keeps the CA and so the list. With
-	// source CertManager a removed certificate's Secret is deleted, and the certificate stays
-	// valid until it expires.
-	Revokes bool
 	// Asked is true when the spec lists certificates (the members then read the list).
 	Asked bool
 	// Wanted are the Secrets of the certificates the spec lists.
@@ -69,12 +65,11 @@ type RevocationStep struct {
 	Reason string
 }
 
-// KeepsList reports whether the members read a revocation list: source Operator, and the
-// spec lists certificates, a list exists, or a certificate is left to revoke.
+// KeepsList reports whether the operator keeps a revocation list: the spec lists
+// certificates, a list exists, or a certificate is left to revoke. (The planner runs where the
+// operator keeps the CA: a certificate it issued is revoked even when the client side has
+// left source Operator or TLS since, so that it is refused if the CA is trusted again.)
 func KeepsList(w RevocationWant, listExists bool, secrets []ClientSecret) bool {
-	if !w.Revokes {
-		return false
-	}
 	if w.Asked || listExists {
 		return true
 	}
@@ -110,24 +105,19 @@ func PlanRevocations(w RevocationWant, list []Revoked, listExists bool, secrets 
 		if w.Wanted[s.Secret] {
 			continue
 		}
-		if keeps {
-			for _, c := range s.Issued {
-				if have[c.Serial] || !c.NotAfter.After(now) {
-					continue
-				}
-				entries = append(entries, Revoked{Serial: c.Serial, NotAfter: c.NotAfter, Name: s.Name})
-				have[c.Serial] = true
-				changed, reason = true, "certificate "+s.Name+" revoked"
+		for _, c := range s.Issued {
+			if have[c.Serial] || !c.NotAfter.After(now) {
+				continue
 			}
+			entries = append(entries, Revoked{Serial: c.Serial, NotAfter: c.NotAfter, Name: s.Name})
+			have[c.Serial] = true
+			changed, reason = true, "certificate "+s.Name+" revoked"
 		}
-		why := "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"
-		if !keeps {
-			why = "removed from spec.tls.client.certificates (source CertManager: it stays valid until it expires)"
-		}
-		deletes = append(deletes, RevocationStep{Kind: RetireClientSecret, Secret: s.Secret, Reason: why})
+		deletes = append(deletes, RevocationStep{Kind: RetireClientSecret, Secret: s.Secret,
+			Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"})
 	}
 	var steps []RevocationStep
-	if changed && keeps {
+	if changed {
 		sort.Slice(entries, func(i, j int) bool { return entries[i].Serial < entries[j].Serial })
 		steps = append(steps, RevocationStep{Kind: WriteCRL, Secret: w.CRLSecret, Entries: entries, Reason: reason})
 	}

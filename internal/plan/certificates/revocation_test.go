@@ -12,15 +12,10 @@ func TestPlanRevocations(t *testing.T) {
 	app := ClientSecret{Secret: "e-client-app", Name: "app", Issued: []Revoked{{Serial: "0a", NotAfter: later}, {Serial: "09", NotAfter: later}, {Serial: "08", NotAfter: past}}}
 	other := ClientSecret{Secret: "e-client-other", Name: "other", Issued: []Revoked{{Serial: "0b", NotAfter: later}}}
 	operator := func(wanted ...string) RevocationWant {
-		w := RevocationWant{CRLSecret: "e-crl", Revokes: true, Asked: len(wanted) > 0, Wanted: map[string]bool{}}
+		w := RevocationWant{CRLSecret: "e-crl", Asked: len(wanted) > 0, Wanted: map[string]bool{}}
 		for _, s := range wanted {
 			w.Wanted[s] = true
 		}
-		return w
-	}
-	certManager := func(wanted ...string) RevocationWant {
-		w := operator(wanted...)
-		w.Revokes = false
 		return w
 	}
 	cases := []struct {
@@ -56,8 +51,11 @@ func TestPlanRevocations(t *testing.T) {
 		{name: "expired entries are dropped", w: operator("e-client-app"), listExists: true, secrets: []ClientSecret{app},
 			list: []Revoked{{Serial: "01", NotAfter: past, Name: "gone"}, {Serial: "02", NotAfter: later, Name: "kept"}},
 			want: []RevocationStep{{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "02", NotAfter: later, Name: "kept"}}, Reason: "expired certificates dropped"}}},
-		{name: "cert-manager: no list, the Secret of a removed certificate goes", w: certManager("e-client-other"), secrets: []ClientSecret{app, other},
-			want: []RevocationStep{{Kind: RetireClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates (source CertManager: it stays valid until it expires)"}}},
+		{name: "the client side left source Operator: its certificates are still revoked", w: RevocationWant{CRLSecret: "e-crl", Wanted: map[string]bool{}}, listExists: true, secrets: []ClientSecret{other},
+			want: []RevocationStep{
+				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "0b", NotAfter: later, Name: "other"}}, Reason: "certificate other revoked"},
+				{Kind: RetireClientSecret, Secret: "e-client-other", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
