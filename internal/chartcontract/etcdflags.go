@@ -3,8 +3,8 @@ package chartcontract
 import (
 	"fmt"
 	"path"
-	"slices"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
