@@ -29,31 +29,7 @@ func TestAskPeerEchoesNothingTheHostSent(t *testing.T) {
 		{"HTTP/1.1 200 OK\r\nX-Etcd-Cluster-ID: internal-secret-banner\r\nContent-Length: 0\r\n\r\n", "names no cluster ID"},
 		{"SSH-2.0-internal-secret-banner\r\n", "the connection failed"},
 	} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				// Answer once the request is in: a reply sent before it is one the client
-				// drops as unsolicited, whatever it says (the test then failed now and then).
-				r := bufio.NewReader(c)
-				_ = c.SetReadDeadline(time.Now().Add(time.Second))
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil || line == "\r\n" {
-						break
-					}
-				}
-				fmt.Fprint(c, tc.reply)
-				time.Sleep(20 * time.Millisecond)
-				c.Close()
-			}
-		}()
+		l := answering(t, tc.reply)
 		_, port, _ := net.SplitHostPort(l.Addr().String())
 		got := observe.AskPeer(t.Context(), memberPods("127.0.0.1"), nil, time.Second, askCluster, "http://etcd-0.etcd.ns.svc:"+port, 0xc1, "")
 		l.Close()
@@ -61,6 +37,37 @@ func TestAskPeerEchoesNothingTheHostSent(t *testing.T) {
 			t.Errorf("reply %q: answer %q, want %q and nothing the host sent", tc.reply, got, tc.want)
 		}
 	}
+}
+
+// answering is a listener on loopback that answers every connection with reply, once the
+// request is in: a reply sent before it is one the client drops as unsolicited, whatever it
+// says (the test then failed now and then).
+func answering(t *testing.T, reply string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(c)
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			fmt.Fprint(c, reply)
+			time.Sleep(20 * time.Millisecond)
+			c.Close()
+		}
+	}()
+	return l
 }
 
 // askCluster is the cluster whose member pods memberPods holds.
@@ -82,30 +89,8 @@ func memberPods(ip string) client.Reader {
 // pod the host names, so a domain pointed elsewhere leads nowhere else. A host that names no
 // member pod of this cluster is not asked at all.
 func TestAskPeerConnectsToTheMemberPod(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := answering(t, "HTTP/1.1 200 OK\r\nX-Etcd-Cluster-ID: c1\r\nContent-Length: 0\r\n\r\n")
 	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			r := bufio.NewReader(c)
-			_ = c.SetReadDeadline(time.Now().Add(time.Second))
-			for {
-				line, err := r.ReadString('\n')
-				if err != nil || line == "\r\n" {
-					break
-				}
-			}
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nX-Etcd-Cluster-ID: c1\r\nContent-Length: 0\r\n\r\n")
-			time.Sleep(20 * time.Millisecond)
-			c.Close()
-		}
-	}()
 	_, port := splitPort(t, l.Addr().String())
 	pods := memberPods("127.0.0.1")
 	for _, tc := range []struct{ url, want string }{

@@ -184,6 +184,25 @@ func userCertFromSecret(t testing.TB, s *corev1.Secret) userCert {
 	return u
 }
 
+// caIssuer makes cert-manager sign with a CA of its own in ns: a self-signed ClusterIssuer
+// signs a CA Certificate (Secret e2e-ca), and the CA Issuer name in ns signs with it.
+func caIssuer(t *testing.T, ns, name string) {
+	t.Helper()
+	selfSigned := cmObject("ClusterIssuer", "", "e2e-selfsigned-"+ns, map[string]any{"selfSigned": map[string]any{}})
+	createObject(t, selfSigned)
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), selfSigned) })
+	caCert := cmObject("Certificate", ns, "e2e-ca", map[string]any{
+		"isCA": true, "commonName": "e2e cert-manager CA", "secretName": "e2e-ca", "duration": "24h",
+		"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256)},
+		"issuerRef":  map[string]any{"name": selfSigned.GetName(), "kind": "ClusterIssuer", "group": "cert-manager.io"},
+	})
+	createObject(t, caCert)
+	waitReady(t, caCert)
+	issuer := cmObject("Issuer", ns, name, map[string]any{"ca": map[string]any{"secretName": "e2e-ca"}})
+	createObject(t, issuer)
+	waitReady(t, issuer)
+}
+
 // TestTLSClusterWithCertManagerIssuer runs cert-manager's own controllers (its v1.21.2
 // module: issuers, approver, CA and self-signed signers, the Certificate controllers) next to
 // the local cluster: a self-signed ClusterIssuer signs a CA Certificate, a CA Issuer in the
@@ -199,20 +218,7 @@ func TestTLSClusterWithCertManagerIssuer(t *testing.T) {
 	startCertManager(t, cmDir)
 	ns := namespace(t)
 
-	// A self-signed ClusterIssuer -> a CA Certificate in ns -> a CA Issuer in ns.
-	selfSigned := cmObject("ClusterIssuer", "", "e2e-selfsigned-"+ns, map[string]any{"selfSigned": map[string]any{}})
-	createObject(t, selfSigned)
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), selfSigned) })
-	caCert := cmObject("Certificate", ns, "e2e-ca", map[string]any{
-		"isCA": true, "commonName": "e2e cert-manager CA", "secretName": "e2e-ca", "duration": "24h",
-		"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256)},
-		"issuerRef":  map[string]any{"name": selfSigned.GetName(), "kind": "ClusterIssuer", "group": "cert-manager.io"},
-	})
-	createObject(t, caCert)
-	waitReady(t, caCert)
-	issuer := cmObject("Issuer", ns, "ca", map[string]any{"ca": map[string]any{"secretName": "e2e-ca"}})
-	createObject(t, issuer)
-	waitReady(t, issuer)
+	caIssuer(t, ns, "ca")
 
 	start := time.Now()
 	ref := &v1alpha1.IssuerReference{Name: "ca"}
@@ -354,19 +360,7 @@ func TestClustersOnOneCAAreNotRootOnEachOther(t *testing.T) {
 	installCertManagerCRDs(t, cmDir)
 	startCertManager(t, cmDir)
 	ns := namespace(t)
-	selfSigned := cmObject("ClusterIssuer", "", "e2e-selfsigned-"+ns, map[string]any{"selfSigned": map[string]any{}})
-	createObject(t, selfSigned)
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), selfSigned) })
-	caCert := cmObject("Certificate", ns, "e2e-ca", map[string]any{
-		"isCA": true, "commonName": "e2e shared CA", "secretName": "e2e-ca", "duration": "24h",
-		"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256)},
-		"issuerRef":  map[string]any{"name": selfSigned.GetName(), "kind": "ClusterIssuer", "group": "cert-manager.io"},
-	})
-	createObject(t, caCert)
-	waitReady(t, caCert)
-	issuer := cmObject("Issuer", ns, "shared", map[string]any{"ca": map[string]any{"secretName": "e2e-ca"}})
-	createObject(t, issuer)
-	waitReady(t, issuer)
+	caIssuer(t, ns, "shared")
 
 	ref := &v1alpha1.IssuerReference{Name: "shared"}
 	for _, name := range []string{"a", "b"} {
