@@ -44,6 +44,11 @@ type Contract struct {
 	// --peer-client-cert-auth=true. PeerTLSOnly: the peer side serves TLS only (no switch
 	// between plain and TLS runs), so every peer listener must be https.
 	PeerCertAuth, PeerTLSOnly bool
+	// ClientCRL: the values ask the members to check client certificates against the
+	// revocation list, so the etcd container must set --client-crl-file. PeersPinned: the
+	// values pin the peer port to the members' names, so it must set
+	// --peer-cert-allowed-hostname (or --peer-cert-allowed-cn).
+	ClientCRL, PeersPinned bool
 }
 
 // DataMount and DataDir are where the etcd container must keep its data: a restore writes

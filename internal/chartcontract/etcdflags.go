@@ -100,6 +100,12 @@ func checkEtcdFlags(cmd, args []string, c Contract, where string, add func(strin
 	if c.PeerTLSOnly {
 		requireTLS(flags, "listen-peer-urls", where, "the values ask for TLS between the members (spec.tls.peer) and no switch between plain and TLS runs", add)
 	}
+	if c.ClientCRL && flags.values["client-crl-file"] == "" {
+		add("%s: the etcd container must set --client-crl-file: the values ask the members to refuse revoked client certificates (spec.tls.client.certificates), and without it every revoked certificate would be taken", where)
+	}
+	if c.PeersPinned && flags.values["peer-cert-allowed-hostname"] == "" && flags.values["peer-cert-allowed-cn"] == "" {
+		add("%s: the etcd container must set --peer-cert-allowed-hostname: the values pin the peer port to the members' names (spec.tls.peer.pinPeers), and without it a client certificate of the same CA could speak raft", where)
+	}
 }
 
 // controlRune returns the first control character or line break of w (YAML takes U+2028 and

@@ -98,6 +98,12 @@ func TestEtcdFlagChecks(t *testing.T) {
 		{name: "a flag from an environment variable", args: with("$(X)"), want: []string{at(n) + ` "$(X)" refers to $(X)`}},
 		{name: "a value from an environment variable", args: with("--log-level=$(LEVEL)"), want: []string{"refers to $(LEVEL)"}},
 		{name: "an escaped reference is a literal", args: with("--log-level=$$(LEVEL)")},
+		{name: "the revocation list asked for and left out", args: with(), contract: Contract{ClientCRL: true},
+			want: []string{"must set --client-crl-file"}},
+		{name: "the revocation list asked for and set", args: with("--client-crl-file=/etc/etcd/tls/crl/crl.der"), contract: Contract{ClientCRL: true}},
+		{name: "pinned peers asked for and left out", args: with(), contract: Contract{PeersPinned: true},
+			want: []string{"must set --peer-cert-allowed-hostname"}},
+		{name: "pinned peers asked for and set", args: with("--peer-cert-allowed-hostname=etcd-0.etcd.ns.svc"), contract: Contract{PeersPinned: true}},
 		{name: "a plain peer listener", args: replaced("--listen-peer-urls=", "--listen-peer-urls=http://$(POD_IP):2380"), contract: tlsAsked,
 			want: []string{`--listen-peer-urls listens on "http://$(POD_IP):2380" without TLS`}},
 	} {

@@ -4,7 +4,7 @@ import "github.com/etcd-pilot/etcd-pilot/internal/chartcontract"
 
 // withTLSOf returns k asking of the etcd container's flags the TLS the chart values ask for,
 // as the embedded chart reads them (tls.client.enabled, clientCertAuth unless false,
-// acceptPlain; tls.peer.enabled and the transition listener's scheme). The values, not the
+// acceptPlain, crlSecretName; tls.peer.enabled, the transition listener's scheme, pinPeers). The values, not the
 // spec, decide: during a switch between plain and TLS (values.Phase) they say what this pass
 // renders. A custom chart or a patch that renders less than they ask is refused.
 func withTLSOf(k chartcontract.Contract, vals map[string]any) chartcontract.Contract {
@@ -14,10 +14,12 @@ func withTLSOf(k chartcontract.Contract, vals map[string]any) chartcontract.Cont
 	if truthy(client["enabled"]) {
 		k.ClientCertAuth = client["clientCertAuth"] != false
 		k.ClientTLSOnly = !truthy(client["acceptPlain"])
+		k.ClientCRL = truthy(client["crlSecretName"])
 	}
 	transition, _ := peer["transition"].(string)
 	k.PeerCertAuth = truthy(peer["enabled"]) || transition == "https"
 	k.PeerTLSOnly = truthy(peer["enabled"]) && transition == ""
+	k.PeersPinned = k.PeerCertAuth && truthy(peer["pinPeers"])
 	return k
 }
 
