@@ -108,7 +108,13 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		ca := observed[want.CASecret]
 		c.Status.TrustGeneration = ca.Generation
 		c.Status.CARotation = certificates.Rotation(observed, want.CASecret)
-		listed, err := r.reconcileRevocations(ctx, c, certs.KeyPair{Cert: ca.Cert, Key: ca.Key}, now)
+		kept := map[string]bool{}
+		for _, l := range want.Leaves {
+			if leaf, err := certs.Parse(observed[l.Secret].Cert); err == nil && l.Application == "" {
+				kept[certs.Serial(leaf)] = true
+			}
+		}
+		listed, err := r.reconcileRevocations(ctx, c, certs.KeyPair{Cert: ca.Cert, Key: ca.Key}, kept, now)
 		if err != nil {
 			return nil, err
 		}
@@ -141,10 +147,12 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 
 // reconcileRevocations revokes the application client certificates the spec no longer lists
 // (their serial numbers into the revocation list, then their Secrets emptied) and keeps the
-// list, signed by ca, once the spec has listed any. It reports whether the list exists. It
-// plans from the cache, and before writing reads past it and plans again.
-func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, now time.Time) (bool, error) {
+// list, signed by ca, once the spec has listed any. kept are the serial numbers of the
+// members' and the operator's certificates, which are never revoked. It reports whether the
+// list exists. It plans from the cache, and before writing reads past it and plans again.
+func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1alpha1.EtcdCluster, ca certs.KeyPair, kept map[string]bool, now time.Time) (bool, error) {
 	want := render.Revocations(c)
+	want.Kept = kept
 	for pass, rd := range []client.Reader{r.Client, r.apiReader()} {
 		crl, err := observe.ReadCRL(ctx, rd, c)
 		if err != nil {

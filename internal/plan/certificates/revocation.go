@@ -41,6 +41,10 @@ type RevocationWant struct {
 	Asked bool
 	// Wanted are the Secrets of the certificates the spec lists.
 	Wanted map[string]bool
+	// Kept are the serial numbers of the certificates the members and the operator use now:
+	// never revoked, whatever a Secret labelled as an application's holds (a copy of the
+	// operator's certificate in one would otherwise lock the operator out).
+	Kept map[string]bool
 }
 
 // RevocationKind is a kind of revocation step.
@@ -106,7 +110,7 @@ func PlanRevocations(w RevocationWant, list []Revoked, listExists bool, secrets 
 			continue
 		}
 		for _, c := range s.Issued {
-			if have[c.Serial] || !c.NotAfter.After(now) {
+			if have[c.Serial] || !c.NotAfter.After(now) || w.Kept[c.Serial] {
 				continue
 			}
 			entries = append(entries, Revoked{Serial: c.Serial, NotAfter: c.NotAfter, Name: s.Name})

@@ -48,6 +48,12 @@ func TestPlanRevocations(t *testing.T) {
 				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "0b", NotAfter: later, Name: "other"}}, Reason: "certificate other revoked"},
 				{Kind: RetireClientSecret, Secret: "e-client-other", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
 			}},
+		{name: "a certificate the members or the operator use is never revoked, whatever Secret holds it",
+			w: func() RevocationWant { w := operator("e-client-other"); w.Kept = map[string]bool{"0a": true}; return w }(), listExists: true, secrets: []ClientSecret{app, other},
+			want: []RevocationStep{
+				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "09", NotAfter: later, Name: "app"}}, Reason: "certificate app revoked"},
+				{Kind: RetireClientSecret, Secret: "e-client-app", Reason: "removed from spec.tls.client.certificates; its serial numbers are in the revocation list"},
+			}},
 		{name: "expired entries are dropped", w: operator("e-client-app"), listExists: true, secrets: []ClientSecret{app},
 			list: []Revoked{{Serial: "01", NotAfter: past, Name: "gone"}, {Serial: "02", NotAfter: later, Name: "kept"}},
 			want: []RevocationStep{{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "02", NotAfter: later, Name: "kept"}}, Reason: "expired certificates dropped"}}},
