@@ -7,8 +7,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 )
+
+// serverClosedIdle is net/http's own message (its error is not exported) when the server
+// closes a connection before the request was written on it: a close, like io.EOF after it.
+const serverClosedIdle = "server closed idle connection"
 
 // Describe reduces the error of a connection to a tenant-written endpoint to what the tenant
 // may read in a condition: the policy's refusal as it is, else a class (timed out, refused,
@@ -60,7 +65,7 @@ func Describe(err error) string {
 		return "the connection was reset by the server"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "the host is unreachable"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(err.Error(), serverClosedIdle):
 		return "the server closed the connection"
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return "the connection timed out"
