@@ -1,11 +1,10 @@
 // Package sandboxcmd gives tests the command that starts a chart render sandbox
 // (charts.Budget.Command).
 //
-// A test binary is its own sandbox (it calls charts.ServeIfSandbox from an init function),
-// except when it is built with the race detector: the race runtime maps its shadow memory
-// when it starts and cannot run under the address-space limit the sandbox sets itself
-// ("too many address space collisions for -race mode"). Then the sandbox is the operator's
-// binary built without it, once per test process, as the operator runs it.
+// A test binary is its own sandbox (it calls charts.ServeIfSandbox from an init function)
+// when it is built as the operator's binary is: without the race detector and without cgo
+// (see selfSandbox). Otherwise the sandbox is the operator's binary built as `make build`
+// builds it (CGO_ENABLED=0, no race detector), once per test process.
 package sandboxcmd
 
 import (
@@ -28,7 +27,7 @@ var (
 
 // Command returns the sandbox command for this test binary.
 func Command() ([]string, error) {
-	if !race {
+	if selfSandbox {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, err
@@ -50,8 +49,9 @@ func Command() ([]string, error) {
 		built = filepath.Join(dir, "etcd-pilot")
 		cmd := exec.Command("go", "build", "-o", built, ".")
 		cmd.Dir = root
-		// The race detector off, whatever the environment asks.
-		cmd.Env = append(os.Environ(), "GOFLAGS="+strings.ReplaceAll(os.Getenv("GOFLAGS"), "-race", ""))
+		// The race detector and cgo off, whatever the environment asks: a static binary, as
+		// the operator's image holds.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS="+strings.ReplaceAll(os.Getenv("GOFLAGS"), "-race", ""))
 		if out, berr := cmd.CombinedOutput(); berr != nil {
 			err = fmt.Errorf("failed to build the operator's binary for the render sandbox: %v\n%s", berr, out)
 		}
