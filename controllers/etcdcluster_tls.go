@@ -3,6 +3,10 @@ package controllers
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,83 +46,83 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 	}
 	var expiries []certificates.Expiry
 	var operatorMaterial map[string]certificates.Material
-	if want, ok := render.OperatorCertificates(c, t); ok {
-		want.RotationRequest = c.Annotations[v1alpha1.AnnotationRotateCA]
-		// A formed cluster's members run with this CA's certificates once any of them (or the
-		// pod template) mounts a TLS Secret; before that (TLS turned on on a live plain
-		// cluster) the CA is created like for a new cluster.
-		if m.Formed() {
-			var err error
-			if want.Formed, err = observe.MembersMountTLS(ctx, r.cached(ctx), c, t); err != nil {
-				return nil, err
-			}
-		}
+	wants, err := r.operatorCertificates(ctx, c, m, t)
+	if err != nil {
+		return nil, err
+	}
+	if len(wants) > 0 {
 		// Plan from the cache; before writing anything, read the Secrets again past it and
 		// plan again, so no step acts on a Secret the cache has not caught up with (a CA
 		// just rotated, or one the cache does not show).
 		var observed map[string]certificates.Material
-		var steps []certificates.Step
-		var exp []certificates.Expiry
+		var steps [][]certificates.Step
 		for pass, rd := range []client.Reader{r.Client, r.apiReader()} {
-			var err error
-			if observed, err = observe.ReadAll(ctx, rd, c.Namespace, want); err != nil {
+			var problem *certificates.Problem
+			if observed, steps, problem, err = r.planCertificates(ctx, rd, c, t, wants, now); err != nil {
 				return nil, err
 			}
-			want.MembersOnGeneration = -1
-			want.ServedByCurrentCA = false
-			want.Revoked = nil
-			if crl, err := observe.ReadCRL(ctx, rd, c); err == nil {
-				// A list that cannot be read is reported by the revocations below.
-				want.Revoked = map[string]bool{}
-				for _, e := range crl.Entries {
-					want.Revoked[e.Serial] = true
-				}
-			}
-			if certificates.Rotating(observed[want.CASecret]) {
-				g, err := observe.MembersGeneration(ctx, r.cached(ctx), c, t)
-				if err != nil {
-					return nil, err
-				}
-				want.MembersOnGeneration = g
-				if certificates.AsksServedByCurrentCA(want, observed[want.CASecret]) {
-					// The handshakes, read only when the plan needs them.
-					want.ServedByCurrentCA = observe.ServedByCurrentCA(ctx, c, t, observed)
-				}
-			}
-			var problem *certificates.Problem
-			steps, exp, problem = certificates.Plan(want, observed, now)
-			if problem == nil && len(steps) == 0 {
+			if problem == nil && len(slices.Concat(steps...)) == 0 {
 				break
 			}
 			if pass == 1 && problem != nil {
 				return nil, &render.TLSError{Msg: problem.Error()}
 			}
 		}
-		for _, s := range steps {
-			if err := r.exec.Issue(ctx, c, want, s, observed, now); err != nil {
-				return nil, err
+		for i, ss := range steps {
+			for _, s := range ss {
+				if err := r.exec.Issue(ctx, c, wants[i], s, observed, now); err != nil {
+					return nil, err
+				}
 			}
 		}
-		if len(steps) > 0 {
-			// What was written, for the expiry in status.
-			_, exp, _ = certificates.Plan(want, observed, now)
+		// The expiries of what was read, or written.
+		var generation int64
+		var rotations []string
+		kept := map[string]bool{}
+		var clientCA *certificates.Material
+		for _, w := range wants {
+			_, exp, _ := certificates.Plan(w, observed, now)
+			expiries = append(expiries, exp...)
+			ca := observed[w.CASecret]
+			generation += ca.Generation
+			if r := certificates.Rotation(observed, w.CASecret); r != "" {
+				if len(wants) > 1 {
+					r = fmt.Sprintf("Secret %s: %s", w.CASecret, r)
+				}
+				rotations = append(rotations, r)
+			}
+			if w.CASecret == v1alpha1.CASecretName(c.Name) {
+				clientCA = &ca
+			}
+			for _, l := range w.Leaves {
+				if leaf, err := certs.Parse(observed[l.Secret].Cert); err == nil && l.Application == "" {
+					kept[certs.Serial(leaf)] = true
+				}
+			}
 		}
 		operatorMaterial = observed
-		expiries = exp
-		ca := observed[want.CASecret]
-		c.Status.TrustGeneration = ca.Generation
-		c.Status.CARotation = certificates.Rotation(observed, want.CASecret)
-		kept := map[string]bool{}
-		for _, l := range want.Leaves {
-			if leaf, err := certs.Parse(observed[l.Secret].Cert); err == nil && l.Application == "" {
-				kept[certs.Serial(leaf)] = true
+		// The members' pod template carries the sum of the CAs' generations: it grows when
+		// either trust bundle changes in a way the members restart for.
+		c.Status.TrustGeneration = generation
+		c.Status.CARotation = strings.Join(rotations, "; ")
+		if clientCA == nil {
+			// Only the peer side's certificates are the operator's now: the revocation list,
+			// if there is one, stays signed by the client side's CA.
+			ca, ok, err := observe.ReadTLSSecret(ctx, r.Client, c.Namespace, v1alpha1.CASecretName(c.Name))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				clientCA = &ca
 			}
 		}
-		listed, err := r.reconcileRevocations(ctx, c, certs.KeyPair{Cert: ca.Cert, Key: ca.Key}, kept, now)
-		if err != nil {
-			return nil, err
+		if clientCA != nil {
+			listed, err := r.reconcileRevocations(ctx, c, certs.KeyPair{Cert: clientCA.Cert, Key: clientCA.Key}, kept, now)
+			if err != nil {
+				return nil, err
+			}
+			c.Status.ClientRevocationList = listed
 		}
-		c.Status.ClientRevocationList = listed
 	}
 	if cmErr != nil {
 		return nil, cmErr
@@ -177,4 +181,120 @@ func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1a
 		return certificates.KeepsList(want, crl.Exists(), secrets), nil
 	}
 	return false, nil
+}
+
+// operatorCertificates is what the Operator source asks for, one Want per CA (see
+// render.OperatorCertificates), in the layout the cluster's members run with, each marked
+// Formed when the members run with its certificates.
+func (r *EtcdClusterReconciler) operatorCertificates(ctx context.Context, c *v1alpha1.EtcdCluster, m memory.Memory, t render.Topology) ([]certificates.Want, error) {
+	kc := r.cached(ctx)
+	layout := render.SeparatePeerCA
+	if p := c.Spec.TLS.Peer; p != nil && render.SourceOf(p.Source) == v1alpha1.TLSSourceOperator {
+		_, peerCA, err := observe.ReadTLSSecret(ctx, kc, c.Namespace, v1alpha1.PeerCASecretName(c.Name))
+		if err != nil {
+			return nil, err
+		}
+		issuer := ""
+		if !peerCA {
+			leaf, ok, err := observe.ReadTLSSecret(ctx, kc, c.Namespace, v1alpha1.PeerTLSSecretName(c.Name))
+			if err != nil {
+				return nil, err
+			}
+			if cert, err := certs.Parse(leaf.Cert); ok && err == nil {
+				issuer = cert.Issuer.CommonName
+			}
+		}
+		mounted := false
+		if !peerCA && issuer == "" {
+			if mounted, err = observe.MembersMount(ctx, kc, c, t, observe.PeerTLSVolume); err != nil {
+				return nil, err
+			}
+		}
+		layout = render.CALayoutOf(c, peerCA, issuer, mounted)
+	}
+	wants := render.OperatorCertificates(c, t, layout)
+	for i := range wants {
+		wants[i].RotationRequest = c.Annotations[v1alpha1.AnnotationRotateCA]
+		// A formed cluster's members run with a CA's certificates once any of them (or the
+		// pod template) mounts a Secret of its leaves; before that (TLS turned on on a live
+		// plain cluster) the CA is created like for a new cluster.
+		if !m.Formed() {
+			continue
+		}
+		var volumes []string
+		for _, l := range wants[i].Leaves {
+			switch l.Secret {
+			case v1alpha1.PeerTLSSecretName(c.Name):
+				volumes = append(volumes, observe.PeerTLSVolume)
+			case v1alpha1.ServerTLSSecretName(c.Name):
+				volumes = append(volumes, observe.ClientTLSVolume)
+			}
+		}
+		var err error
+		if wants[i].Formed, err = observe.MembersMount(ctx, kc, c, t, volumes...); err != nil {
+			return nil, err
+		}
+	}
+	return wants, nil
+}
+
+// planCertificates reads the Secrets of wants through rd and plans each CA's steps (see
+// certificates.Plan), holding back a CA's drop while another rotates (HoldDrops). It fills
+// in what each plan reads of the members: the trust generation they run with, and, only
+// when a plan needs it, the certificates they serve.
+func (r *EtcdClusterReconciler) planCertificates(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster, t render.Topology, wants []certificates.Want, now time.Time) (map[string]certificates.Material, [][]certificates.Step, *certificates.Problem, error) {
+	observed := map[string]certificates.Material{}
+	for _, w := range wants {
+		o, err := observe.ReadAll(ctx, rd, c.Namespace, w)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		maps.Copy(observed, o)
+	}
+	var revoked map[string]bool
+	if crl, err := observe.ReadCRL(ctx, rd, c); err == nil {
+		// A list that cannot be read is reported by the revocations.
+		revoked = map[string]bool{}
+		for _, e := range crl.Entries {
+			revoked[e.Serial] = true
+		}
+	}
+	var total int64
+	rotating := false
+	cas := make([]certificates.Material, len(wants))
+	for i, w := range wants {
+		cas[i] = observed[w.CASecret]
+		total += cas[i].Generation
+		rotating = rotating || certificates.Rotating(cas[i])
+	}
+	members := int64(-1)
+	if rotating {
+		var err error
+		if members, err = observe.MembersGeneration(ctx, r.cached(ctx), c, t); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	steps := make([][]certificates.Step, len(wants))
+	var problem *certificates.Problem
+	for i := range wants {
+		w := &wants[i]
+		w.Revoked = revoked
+		// Every member runs with the pod template's sum of the generations, so with each
+		// CA's current one.
+		w.MembersOnGeneration = -1
+		if members >= 0 && members == total {
+			w.MembersOnGeneration = cas[i].Generation
+		}
+		w.ServedByCurrentCA = false
+		if certificates.AsksServedByCurrentCA(*w, cas[i]) {
+			// The handshakes, read only when the plan needs them.
+			w.ServedByCurrentCA = observe.ServedByCurrentCA(ctx, c, t, *w, observed)
+		}
+		var p *certificates.Problem
+		steps[i], _, p = certificates.Plan(*w, observed, now)
+		if problem == nil {
+			problem = p
+		}
+	}
+	return observed, certificates.HoldDrops(steps, cas), problem, nil
 }

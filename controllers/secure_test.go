@@ -70,7 +70,7 @@ func TestNewClusterIsSecureByDefault(t *testing.T) {
 			t.Errorf("%s=%q, want https", flag, got)
 		}
 	}
-	for _, name := range []string{"etcd-ca", "etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"} {
+	for _, name := range []string{"etcd-ca", "etcd-peer-ca", "etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"} {
 		eventually(t, timeout, "Secret "+name, func() error { return getObject(ns, name, &corev1.Secret{}) })
 	}
 	eventually(t, timeout, "NetworkPolicy", func() error { return getObject(ns, "etcd", &networkingv1.NetworkPolicy{}) })
@@ -110,7 +110,7 @@ func TestClusterFromBeforeSecureDefaultsKeepsPlain(t *testing.T) {
 	if got := etcdArg(before, "--listen-client-urls"); !strings.HasPrefix(got, "http://") || etcdArg(before, "--client-cert-auth") != "" {
 		t.Fatalf("listen-client-urls %q, client-cert-auth %q: want plain, as before", got, etcdArg(before, "--client-cert-auth"))
 	}
-	for _, name := range []string{"etcd-ca", "etcd-peer-tls", "etcd-server-tls"} {
+	for _, name := range []string{"etcd-ca", "etcd-peer-ca", "etcd-peer-tls", "etcd-server-tls"} {
 		if err := getObject(ns, name, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 			t.Errorf("Secret %s: %v, want none", name, err)
 		}

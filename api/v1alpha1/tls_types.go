@@ -244,8 +244,16 @@ type ClientTLSTransition struct {
 }
 
 // CASecretName is the Secret holding the CA the operator keeps for a cluster (Operator
-// source): tls.crt and tls.key of the CA, and ca.crt, the trust bundle.
+// source): tls.crt and tls.key of the CA, and ca.crt, the trust bundle. It signs the client
+// side's certificates (the members' server certificate, the operator's and the applications'
+// client certificates), and also the peer certificates of a cluster whose peer certificates
+// were first issued before the peer side got a CA of its own (PeerCASecretName).
 func CASecretName(cluster string) string { return cluster + "-ca" }
+
+// PeerCASecretName is the Secret holding the CA that signs only the members' peer
+// certificates (Operator source), laid out like CASecretName's: a client certificate of the
+// cluster is then no certificate its peer port trusts.
+func PeerCASecretName(cluster string) string { return cluster + "-peer-ca" }
 
 // PeerTLSSecretName is the Secret with the members' peer certificate (Operator and
 // CertManager sources; with CertManager also the name of its Certificate).

@@ -39,7 +39,8 @@ import (
 // cannot speak raft; the members' peer certificate is taken, and so is the short-lived
 // certificate the operator presents when it asks a peer URL which cluster answers there.
 // Without the pin (a cluster created before secure defaults) the client certificate is
-// taken: the test shows the hole it closes.
+// taken: the test shows the hole it closes. (A cluster the operator issues peer certificates
+// for now also has a peer CA of its own: TestSeparateCAsKeepClientsOffThePeerPort.)
 func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 	const ip = "127.0.62.1"
 	secure := pinCluster(map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure})
@@ -55,20 +56,25 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 	// etcd checks a peer certificate's names against the address it connects from: on
 	// loopback that is 127.0.0.1.
 	secure.Spec.TLS.ExtraSANs = []string{ip, "127.0.0.1"}
-	want, ok := render.OperatorCertificates(secure, render.TopologyOf(secure, desired(t, secure)))
-	if !ok {
-		t.Fatal("no certificates asked for")
-	}
-	ca, err := certs.NewCA(want.CACommonName, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
+	wants := render.OperatorCertificates(secure, render.TopologyOf(secure, desired(t, secure)), render.SeparatePeerCA)
+	if len(wants) != 2 {
+		t.Fatalf("%d CAs asked for, want the client side's and the peer side's", len(wants))
 	}
 	issued := map[string]certs.KeyPair{}
-	for _, l := range want.Leaves {
-		if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
+	cas := map[string]certs.KeyPair{}
+	for _, w := range wants {
+		ca, err := certs.NewCA(w.CACommonName, time.Now(), time.Hour)
+		if err != nil {
 			t.Fatal(err)
 		}
+		cas[w.CASecret] = ca
+		for _, l := range w.Leaves {
+			if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+	ca := cas[v1alpha1.PeerCASecretName(secure.Name)]
 	peer, operator := issued[v1alpha1.PeerTLSSecretName(secure.Name)], issued[v1alpha1.OperatorTLSSecretName(secure.Name)]
 	if peer.Cert == nil || operator.Cert == nil {
 		t.Fatalf("issued %v, want the peer and the operator's client certificate", keys(issued))
@@ -93,8 +99,14 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 	if err := peerHandshake(peerURL, peer, ca.Cert); err != nil {
 		t.Errorf("the members' peer certificate is refused on the pinned peer port: %v", err)
 	}
-	if err := peerHandshake(peerURL, operator, ca.Cert); err == nil {
-		t.Errorf("the operator's client certificate (no member names) is taken on the pinned peer port: it could speak raft")
+	// A client certificate of the peer CA itself, as the one CA of a cluster created before
+	// the peer side had its own signs both: the pin alone refuses it.
+	sameCA, err := certs.Issue(ca, certs.Request{CommonName: render.OperatorCommonName(secure), Client: true, Validity: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peerHandshake(peerURL, sameCA, ca.Cert); err == nil {
+		t.Errorf("a client certificate of the peer CA (no member names) is taken on the pinned peer port: it could speak raft")
 	}
 
 	// AskPeer cannot present a certificate without names (the pin refuses it) nor one with
@@ -109,7 +121,7 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 			Status: corev1.PodStatus{PodIP: ip}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.PeerTLSSecretName(secure.Name)},
 			Data: map[string][]byte{certs.CertKey: peer.Cert, certs.KeyKey: peer.Key, certs.CAKey: ca.Cert}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.CASecretName(secure.Name)},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secure.Namespace, Name: v1alpha1.PeerCASecretName(secure.Name)},
 			Data: map[string][]byte{certs.CertKey: ca.Cert, certs.KeyKey: ca.Key}},
 	).Build()
 	id := clusterIDAt(t, ip)
@@ -149,6 +161,71 @@ func TestUnpinnedPeerPortTakesAClientCertificate(t *testing.T) {
 		"--peer-trusted-ca-file="+filepath.Join(dir, "ca.crt"), "--peer-client-cert-auth=true")
 	if err := peerHandshake(peerURL, clientCert, ca.Cert); err != nil {
 		t.Fatalf("without the pin a client certificate of the peer CA is refused too (%v): the pinned test proves nothing", err)
+	}
+}
+
+// TestSeparateCAsKeepClientsOffThePeerPort (issue 26): the Operator source gives a new
+// cluster's peer side a CA of its own. Against a real etcd started, without the pin, with the
+// certificates and trust bundles the operator issues, the operator's and an application's
+// client certificates are refused on the peer port (so neither can speak raft), and the
+// members' peer certificate is refused on the client port; the operator's is taken there.
+func TestSeparateCAsKeepClientsOffThePeerPort(t *testing.T) {
+	const ip = "127.0.62.3"
+	c := pinCluster(map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure})
+	// etcd checks a peer certificate's names against the address it connects from: on
+	// loopback that is 127.0.0.1.
+	c.Spec.TLS.ExtraSANs = []string{ip, "127.0.0.1"}
+	c.Spec.TLS.Client.Certificates = []v1alpha1.ClientCertificate{{Name: "app"}}
+	wants := render.OperatorCertificates(c, render.TopologyOf(c, nil), render.SeparatePeerCA)
+	issued := map[string]certs.KeyPair{}
+	cas := map[string]certs.KeyPair{}
+	for _, w := range wants {
+		ca, err := certs.NewCA(w.CACommonName, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cas[w.CASecret] = ca
+		for _, l := range w.Leaves {
+			if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	peerCA, clientCA := cas[v1alpha1.PeerCASecretName(c.Name)], cas[v1alpha1.CASecretName(c.Name)]
+	peer, server := issued[v1alpha1.PeerTLSSecretName(c.Name)], issued[v1alpha1.ServerTLSSecretName(c.Name)]
+	operator, app := issued[v1alpha1.OperatorTLSSecretName(c.Name)], issued[v1alpha1.ClientCertificateSecretName(c.Name, "app")]
+	if peerCA.Cert == nil || clientCA.Cert == nil || peer.Cert == nil || server.Cert == nil || operator.Cert == nil || app.Cert == nil {
+		t.Fatalf("CAs %v and leaves %v, want both CAs, the peer, server, operator's and app's certificates", keys(cas), keys(issued))
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	peerURL, clientURL := fmt.Sprintf("https://%s:2380", ip), fmt.Sprintf("https://%s:2379", ip)
+	etcdproc.Start(t, ip, "--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL, "--initial-cluster=m0="+peerURL,
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--peer-cert-file="+write("peer.crt", peer.Cert), "--peer-key-file="+write("peer.key", peer.Key),
+		"--peer-trusted-ca-file="+write("peer-ca.crt", peerCA.Cert), "--peer-client-cert-auth=true",
+		"--cert-file="+write("server.crt", server.Cert), "--key-file="+write("server.key", server.Key),
+		"--trusted-ca-file="+write("client-ca.crt", clientCA.Cert), "--client-cert-auth=true")
+
+	if err := peerHandshake(peerURL, peer, peerCA.Cert); err != nil {
+		t.Fatalf("the members' peer certificate is refused on the peer port: %v", err)
+	}
+	for name, pair := range map[string]certs.KeyPair{"the operator's": operator, "an application's": app} {
+		if err := peerHandshake(peerURL, pair, peerCA.Cert); err == nil {
+			t.Errorf("%s client certificate is taken on the peer port: it could speak raft", name)
+		}
+	}
+	if err := handshakeAndGet(clientURL, "/version", operator, clientCA.Cert); err != nil {
+		t.Fatalf("the operator's certificate is refused on the client port: %v", err)
+	}
+	if err := handshakeAndGet(clientURL, "/version", peer, clientCA.Cert); err == nil {
+		t.Errorf("the members' peer certificate is taken on the client port")
 	}
 }
 
@@ -198,6 +275,12 @@ func desired(t *testing.T, c *v1alpha1.EtcdCluster) []*unstructured.Unstructured
 // peerHandshake completes a TLS handshake with the peer listener at u presenting pair, and
 // then a request, since TLS 1.3 reports a refused client certificate only on the first read.
 func peerHandshake(u string, pair certs.KeyPair, ca []byte) error {
+	return handshakeAndGet(u, "/members", pair, ca)
+}
+
+// handshakeAndGet completes a TLS handshake with the listener at u presenting pair, trusting
+// ca, and asks for path: nil when it answers 200.
+func handshakeAndGet(u, path string, pair certs.KeyPair, ca []byte) error {
 	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 	if err != nil {
 		return err
@@ -212,7 +295,7 @@ func peerHandshake(u string, pair certs.KeyPair, ca []byte) error {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := fmt.Fprintf(conn, "GET /members HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host); err != nil {
 		return err
 	}
 	buf := make([]byte, 64)

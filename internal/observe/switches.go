@@ -468,8 +468,13 @@ func peerQuestionCert(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCl
 		// names the address it connects from, which the operator's is not: a handshake.
 		return own, true
 	}
+	// The peer side's own CA, or the one CA of a cluster that has no separate one.
 	ca := &corev1.Secret{}
-	if err := api.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: v1alpha1.CASecretName(c.Name)}, ca); err != nil {
+	err := api.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: v1alpha1.PeerCASecretName(c.Name)}, ca)
+	if apierrors.IsNotFound(err) {
+		err = api.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: v1alpha1.CASecretName(c.Name)}, ca)
+	}
+	if err != nil {
 		return own, true
 	}
 	caCert, err := certs.Parse(ca.Data[certs.CertKey])

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -231,22 +232,25 @@ func MembersGeneration(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCl
 	return gen, nil
 }
 
-// ServedByCurrentCA reads, in a TLS handshake with every member's client and peer port, the
-// certificate each serves, and reports whether all of them are signed by the CA that signs
-// now: only then may the old CA be dropped from the bundle.
-func ServedByCurrentCA(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, observed map[string]certificates.Material) bool {
-	ca, ok := observed[v1alpha1.CASecretName(c.Name)]
+// ServedByCurrentCA reads, in a TLS handshake with every member's ports whose certificates
+// want's CA signs (the peer port, the client port, or both), the certificate each serves,
+// and reports whether all of them are signed by the CA that signs now: only then may the old
+// CA be dropped from the bundle.
+func ServedByCurrentCA(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, want certificates.Want, observed map[string]certificates.Material) bool {
+	ca, ok := observed[want.CASecret]
 	if !ok {
 		return false
 	}
 	signer := x509.NewCertPool()
 	signer.AppendCertsFromPEM(ca.Cert)
 	var ports []servedPort
-	if p := c.Spec.TLS.Peer; p != nil && render.SourceOf(p.Source) == v1alpha1.TLSSourceOperator {
-		ports = append(ports, servedPort{material: observed[v1alpha1.PeerTLSSecretName(c.Name)], url: t.PeerURL})
-	}
-	if cl := c.Spec.TLS.Client; cl != nil && render.SourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
-		ports = append(ports, servedPort{material: observed[v1alpha1.OperatorTLSSecretName(c.Name)], url: func(pod string) string { return t.Endpoint(pod) }})
+	for _, l := range want.Leaves {
+		switch l.Secret {
+		case v1alpha1.PeerTLSSecretName(c.Name):
+			ports = append(ports, servedPort{material: observed[l.Secret], url: t.PeerURL})
+		case v1alpha1.ServerTLSSecretName(c.Name):
+			ports = append(ports, servedPort{material: observed[v1alpha1.OperatorTLSSecretName(c.Name)], url: func(pod string) string { return t.Endpoint(pod) }})
+		}
 	}
 	for k := int32(0); k < render.SpecReplicas(c); k++ {
 		pod := fmt.Sprintf("%s-%d", t.StatefulSet, k)
@@ -299,9 +303,21 @@ func servedLeaf(ctx context.Context, rawURL string, m certificates.Material) (*x
 // MembersMountTLS reports whether the live StatefulSet's pod template or any member pod
 // mounts a TLS Secret (the chart's peer-tls or client-tls volume).
 func MembersMountTLS(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) (bool, error) {
+	return MembersMount(ctx, kc, c, t, PeerTLSVolume, ClientTLSVolume)
+}
+
+// The chart's volumes of the peer and the client side's TLS Secrets.
+const (
+	PeerTLSVolume   = "peer-tls"
+	ClientTLSVolume = "client-tls"
+)
+
+// MembersMount reports whether the live StatefulSet's pod template or any member pod mounts
+// a Secret as one of volumes.
+func MembersMount(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, t render.Topology, volumes ...string) (bool, error) {
 	mounts := func(ps *corev1.PodSpec) bool {
 		for _, v := range ps.Volumes {
-			if (v.Name == "peer-tls" || v.Name == "client-tls") && v.Secret != nil {
+			if slices.Contains(volumes, v.Name) && v.Secret != nil {
 				return true
 			}
 		}

@@ -24,27 +24,85 @@ const (
 	caValidity                 = 10 * 365 * 24 * time.Hour
 )
 
-// OperatorCertificates is what the Operator source asks for: the CA and the leaves of the
-// sides whose source is Operator. ok is false when no side's source is Operator.
-func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology) (certificates.Want, bool) {
+// CALayout is how the CAs the operator keeps for a cluster divide its certificates.
+type CALayout int
+
+const (
+	// SeparatePeerCA: the peer certificates have a CA of their own (PeerCASecretName), the
+	// client side's certificates another (CASecretName). A client certificate, an
+	// application's included, is then no certificate the peer port trusts, and a peer
+	// certificate none the client port trusts. Every cluster gets it whose peer certificates
+	// the operator issues from now on.
+	SeparatePeerCA CALayout = iota
+	// SharedCA: one CA (CASecretName) signs both sides, as for clusters whose members run
+	// with peer certificates issued before the peer side got a CA of its own. They keep it:
+	// a new peer CA would make the members refuse each other, and moving to one takes a trust
+	// rotation with restarts that nothing asks for.
+	SharedCA
+)
+
+// CACommonName and PeerCACommonName name a new CA of c: the client side's (or the one CA of
+// SharedCA), and the peer side's. The issuer of a peer certificate says which CA signed it
+// (see CALayoutOf).
+func CACommonName(c *v1alpha1.EtcdCluster) string {
+	return fmt.Sprintf("etcd-pilot CA of %s/%s", c.Namespace, c.Name)
+}
+
+// PeerCACommonName: see CACommonName.
+func PeerCACommonName(c *v1alpha1.EtcdCluster) string {
+	return fmt.Sprintf("etcd-pilot peer CA of %s/%s", c.Namespace, c.Name)
+}
+
+// OperatorCertificates is what the Operator source asks for, one Want per CA: the CA and the
+// leaves of the sides whose source is Operator, divided as layout says (the client side's CA
+// first). It is empty when no side's source is Operator.
+func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology, layout CALayout) []certificates.Want {
 	spec := c.Spec.TLS
-	want := certificates.Want{
-		CASecret: v1alpha1.CASecretName(c.Name), CACommonName: fmt.Sprintf("etcd-pilot CA of %s/%s", c.Namespace, c.Name),
-		CAValidity: caValidity,
+	_, renewBefore := LeafTimes(c)
+	client := certificates.Want{CASecret: v1alpha1.CASecretName(c.Name), CACommonName: CACommonName(c), CAValidity: caValidity, RenewBefore: renewBefore}
+	peer := certificates.Want{CASecret: v1alpha1.PeerCASecretName(c.Name), CACommonName: PeerCACommonName(c), CAValidity: caValidity, RenewBefore: renewBefore}
+	if layout == SharedCA {
+		peer = client
 	}
-	_, want.RenewBefore = LeafTimes(c)
 	if p := spec.Peer; p != nil && SourceOf(p.Source) == v1alpha1.TLSSourceOperator {
-		want.Leaves = append(want.Leaves, leavesOf(c, t, sidePeer)...)
+		peer.Leaves = append(peer.Leaves, leavesOf(c, t, sidePeer)...)
+	}
+	if layout == SharedCA {
+		client = peer
 	}
 	if cl := spec.Client; cl != nil && SourceOf(cl.Source) == v1alpha1.TLSSourceOperator {
-		want.Leaves = append(want.Leaves, leavesOf(c, t, sideClient)...)
+		client.Leaves = append(client.Leaves, leavesOf(c, t, sideClient)...)
 		validity, _ := LeafTimes(c)
 		for _, a := range cl.Certificates {
-			want.Leaves = append(want.Leaves, certificates.Leaf{Secret: v1alpha1.ClientCertificateSecretName(c.Name, a.Name), Application: a.Name,
+			client.Leaves = append(client.Leaves, certificates.Leaf{Secret: v1alpha1.ClientCertificateSecretName(c.Name, a.Name), Application: a.Name,
 				Request: certs.Request{CommonName: a.Name, Client: true, Validity: validity}})
 		}
 	}
-	return want, len(want.Leaves) > 0
+	var out []certificates.Want
+	for i, w := range []certificates.Want{client, peer} {
+		if len(w.Leaves) > 0 && (i == 0 || layout == SeparatePeerCA) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// CALayoutOf decides the layout of c's CAs from what exists: peerCA is whether the peer CA's
+// Secret exists, peerIssuer the issuer's common name of the peer certificate in its Secret
+// ("" when there is none, or it cannot be read), and peerMounted whether a member or the pod
+// template mounts the peer certificate's Secret. A cluster keeps the layout its members run
+// with: the peer CA exists, or the peer certificate names it as issuer, or, with neither,
+// no member runs with peer TLS yet, and the peer side gets its own CA; else (a peer
+// certificate from the one CA, or members that mount a peer Secret that is gone) it keeps
+// SharedCA.
+func CALayoutOf(c *v1alpha1.EtcdCluster, peerCA bool, peerIssuer string, peerMounted bool) CALayout {
+	switch {
+	case peerCA || peerIssuer == PeerCACommonName(c):
+		return SeparatePeerCA
+	case peerIssuer != "" || peerMounted:
+		return SharedCA
+	}
+	return SeparatePeerCA
 }
 
 // Revocations is what the spec asks of the revocation list of application client

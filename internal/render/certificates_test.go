@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil"
 )
 
@@ -119,10 +120,11 @@ func TestCertManagerCertificates(t *testing.T) {
 				t.Fatalf("Certificates %v, want %v", names, tc.wantSecret)
 			}
 			// The operator issues the other sides: no Secret is asked of both.
-			want, _ := OperatorCertificates(c, topo)
-			for _, l := range want.Leaves {
-				if by[l.Secret] != nil {
-					t.Errorf("%s is asked of cert-manager and issued by the operator", l.Secret)
+			for _, want := range OperatorCertificates(c, topo, SeparatePeerCA) {
+				for _, l := range want.Leaves {
+					if by[l.Secret] != nil {
+						t.Errorf("%s is asked of cert-manager and issued by the operator", l.Secret)
+					}
 				}
 			}
 			if tc.check != nil {
@@ -189,18 +191,18 @@ func TestOperatorCommonNameIsPerCluster(t *testing.T) {
 	if n := len(OperatorCommonName(a)); n > 64 {
 		t.Errorf("the common name is %d characters: X.509 allows 64", n)
 	}
-	want, ok := OperatorCertificates(a, TopologyOf(a, nil))
-	if !ok {
+	wants := OperatorCertificates(a, TopologyOf(a, nil), SeparatePeerCA)
+	if len(wants) == 0 {
 		t.Fatal("no certificates")
 	}
 	found := false
-	for _, l := range want.Leaves {
+	for _, l := range wants[0].Leaves {
 		if l.Secret == v1alpha1.OperatorTLSSecretName(a.Name) {
 			found = l.Request.CommonName == OperatorCommonName(a)
 		}
 	}
 	if !found {
-		t.Errorf("the Operator source issues the operator's certificate without the cluster's name: %+v", want.Leaves)
+		t.Errorf("the Operator source issues the operator's certificate without the cluster's name: %+v", wants[0].Leaves)
 	}
 	a.Spec.TLS.Client.Source = v1alpha1.TLSSourceCertManager
 	a.Spec.TLS.Client.IssuerRef = &v1alpha1.IssuerReference{Name: "shared", Kind: "ClusterIssuer"}
@@ -212,5 +214,75 @@ func TestOperatorCommonNameIsPerCluster(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("cert-manager is asked for the operator's certificate without the cluster's name")
+	}
+}
+
+// TestPeerSideHasACAOfItsOwn (issue 26): the Operator source signs the peer certificates
+// with a CA of their own and the client side's with another, so no client certificate is one
+// the peer port trusts. A cluster whose members run with peer certificates from the one CA
+// (issued before) keeps it, so nothing restarts or breaks.
+func TestPeerSideHasACAOfItsOwn(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "team-a", UID: "uid-1"},
+		Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{},
+			Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}}}}
+	secretsOf := func(w certificates.Want) []string {
+		var out []string
+		for _, l := range w.Leaves {
+			out = append(out, l.Secret)
+		}
+		return out
+	}
+	topo := TopologyOf(c, nil)
+	sep := OperatorCertificates(c, topo, SeparatePeerCA)
+	if len(sep) != 2 || sep[0].CASecret != "etcd-ca" || sep[1].CASecret != "etcd-peer-ca" {
+		t.Fatalf("separate layout: %d CAs %+v, want etcd-ca then etcd-peer-ca", len(sep), sep)
+	}
+	if got := secretsOf(sep[0]); !slices.Equal(got, []string{"etcd-server-tls", "etcd-operator-client-tls", "etcd-client-app"}) {
+		t.Errorf("the client side's CA signs %v", got)
+	}
+	if got := secretsOf(sep[1]); !slices.Equal(got, []string{"etcd-peer-tls"}) {
+		t.Errorf("the peer CA signs %v, want the peer certificate only", got)
+	}
+	if sep[0].CACommonName == sep[1].CACommonName || sep[1].CACommonName != PeerCACommonName(c) {
+		t.Errorf("CA names %q and %q: the peer certificate's issuer must tell which CA signed it", sep[0].CACommonName, sep[1].CACommonName)
+	}
+	shared := OperatorCertificates(c, topo, SharedCA)
+	if len(shared) != 1 || shared[0].CASecret != "etcd-ca" || len(shared[0].Leaves) != 4 {
+		t.Fatalf("shared layout: %+v, want etcd-ca signing all four", shared)
+	}
+	if got := secretsOf(shared[0]); got[0] != "etcd-peer-tls" {
+		t.Errorf("shared layout leaves %v", got)
+	}
+	peerOnly := c.DeepCopy()
+	peerOnly.Spec.TLS.Client = nil
+	if w := OperatorCertificates(peerOnly, topo, SeparatePeerCA); len(w) != 1 || w[0].CASecret != "etcd-peer-ca" {
+		t.Errorf("peer side only, separate: %+v", w)
+	}
+	if w := OperatorCertificates(peerOnly, topo, SharedCA); len(w) != 1 || w[0].CASecret != "etcd-ca" {
+		t.Errorf("peer side only, shared: %+v", w)
+	}
+	clientOnly := c.DeepCopy()
+	clientOnly.Spec.TLS.Peer = nil
+	if w := OperatorCertificates(clientOnly, topo, SeparatePeerCA); len(w) != 1 || w[0].CASecret != "etcd-ca" {
+		t.Errorf("client side only: %+v", w)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		peerCA  bool
+		issuer  string
+		mounted bool
+		want    CALayout
+	}{
+		{name: "a new cluster", want: SeparatePeerCA},
+		{name: "the peer CA exists", peerCA: true, issuer: CACommonName(c), mounted: true, want: SeparatePeerCA},
+		{name: "the peer CA's Secret lost, its certificate names it", issuer: PeerCACommonName(c), mounted: true, want: SeparatePeerCA},
+		{name: "peer certificates from the one CA", issuer: CACommonName(c), mounted: true, want: SharedCA},
+		{name: "peer certificates from the one CA, not mounted yet", issuer: CACommonName(c), want: SharedCA},
+		{name: "members mount a peer Secret that is gone", mounted: true, want: SharedCA},
+	} {
+		if got := CALayoutOf(c, tc.peerCA, tc.issuer, tc.mounted); got != tc.want {
+			t.Errorf("%s: layout %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -117,7 +117,7 @@ func ContractOf(c *v1alpha1.EtcdCluster) chartcontract.Contract {
 	if c.UID != "" {
 		k.Token = values.ClusterToken(c)
 	}
-	for _, name := range []string{v1alpha1.CASecretName(c.Name), v1alpha1.PeerTLSSecretName(c.Name), v1alpha1.ServerTLSSecretName(c.Name),
+	for _, name := range []string{v1alpha1.CASecretName(c.Name), v1alpha1.PeerCASecretName(c.Name), v1alpha1.PeerTLSSecretName(c.Name), v1alpha1.ServerTLSSecretName(c.Name),
 		v1alpha1.OperatorTLSSecretName(c.Name), v1alpha1.RootAuthSecretName(c.Name)} {
 		k.Reserved = append(k.Reserved, "Secret/"+name, "Certificate/"+name)
 	}

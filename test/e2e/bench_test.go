@@ -213,7 +213,7 @@ func BenchmarkCARotation(b *testing.B) {
 		ns := namespace(b)
 		createWith(b, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)),
 			TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, ExtraSANs: localSANs}})
-		oldCA := getSecret(b, ns, v1alpha1.CASecretName("etcd")).Data["tls.crt"]
+		oldCAs := operatorCAs(b, ns)
 		w := startWriter(b, ns, 3)
 		w.waitAcked(b, 20)
 		start := time.Now()
@@ -223,7 +223,7 @@ func BenchmarkCARotation(b *testing.B) {
 		if err := k8s.Patch(context.Background(), c, patch); err != nil {
 			b.Fatal(err)
 		}
-		waitCARotated(b, ns, oldCA)
+		waitCARotated(b, ns, oldCAs)
 		total += time.Since(start)
 		w.finish(b, ns, 3)
 	}

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,6 +89,10 @@ func TestCARotationUnderWrites(t *testing.T) {
 		TLS: &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs}})
 	first := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
 	oldCA, oldKey := first.Data["tls.crt"], first.Data["tls.key"]
+	oldCAs := operatorCAs(t, ns)
+	if len(oldCAs) != 2 {
+		t.Fatalf("CA Secrets %v, want the client side's and the peer side's", oldCAs)
+	}
 	f := &followingClient{}
 	f.refresh(t, ns)
 	clientTLS.Store(ns, f.config())
@@ -114,21 +120,24 @@ func TestCARotationUnderWrites(t *testing.T) {
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
-	waitCARotated(t, ns, oldCA)
+	waitCARotated(t, ns, oldCAs)
 	took := time.Since(start)
 	w.waitAcked(t, 50)
 
-	// Evidence from etcd: every member serves, on both ports, a certificate of the new CA,
-	// and refuses a client certificate of the old one.
+	// Evidence from etcd: every member serves, on each port, a certificate of that side's new
+	// CA, and refuses a client certificate of the old one.
 	newCA := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
-	newPool := x509.NewCertPool()
-	newPool.AppendCertsFromPEM(newCA.Data["tls.crt"])
+	newPeerCA := getSecret(t, ns, v1alpha1.PeerCASecretName("etcd"))
 	peer := getSecret(t, ns, "etcd-peer-tls")
 	for k := 0; k < 3; k++ {
 		for _, port := range []int{2379, 2380} {
 			cfg := f.config()
+			newPool := x509.NewCertPool()
+			newPool.AppendCertsFromPEM(newCA.Data["tls.crt"])
 			if port == 2380 {
 				cfg = tlsConfigOf(t, peer)
+				newPool = x509.NewCertPool()
+				newPool.AppendCertsFromPEM(newPeerCA.Data["tls.crt"])
 			}
 			got, err := servedCert(ns, k, port, cfg)
 			if err != nil {
@@ -145,26 +154,48 @@ func TestCARotationUnderWrites(t *testing.T) {
 	}
 	res := s.finish(t)
 	w.finish(t, ns, 3)
-	t.Logf("CA rotated in %s (two restart rounds): %d raft term changes seen by the writer, longest write gap %s, fewest healthy voters %d of %d",
+	t.Logf("both CAs rotated in %s (two restart rounds): %d raft term changes seen by the writer, longest write gap %s, fewest healthy voters %d of %d",
 		took.Round(100*time.Millisecond), w.termChanges(), w.longestGap().Round(time.Millisecond), res.FewestHealthyVoters, res.VotersThen)
 	if w.termChanges() > 2 {
-		t.Errorf("%d leader changes in two restart rounds, want at most one per round", w.termChanges())
+		t.Errorf("%d leader changes in two restart rounds, want at most one per round (the two CAs' rotations share their restart rounds)", w.termChanges())
 	}
 }
 
-// waitCARotated waits until the CA rotation that replaces oldCA has finished: the CA Secret
-// holds a new CA alone at trust generation 2, status says no rotation runs, and every member
-// pod is ready on generation 2.
-func waitCARotated(t testing.TB, ns string, oldCA []byte) {
+// operatorCAs are the tls.crt of the CA Secrets the operator keeps for cluster "etcd" in ns
+// (the client side's and the peer side's, those that exist), by Secret name.
+func operatorCAs(t testing.TB, ns string) map[string][]byte {
 	t.Helper()
+	out := map[string][]byte{}
+	for _, name := range []string{v1alpha1.CASecretName("etcd"), v1alpha1.PeerCASecretName("etcd")} {
+		s := &corev1.Secret{}
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s)
+		switch {
+		case err == nil:
+			out[name] = s.Data["tls.crt"]
+		case !apierrors.IsNotFound(err):
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// waitCARotated waits until the rotation of the CAs in old (tls.crt by Secret name) has
+// finished: each CA Secret holds a new CA alone at trust generation 2, status says no
+// rotation runs, and every member pod is ready on the sum of the generations (the members
+// restart when either bundle changes).
+func waitCARotated(t testing.TB, ns string, old map[string][]byte) {
+	t.Helper()
+	sum := fmt.Sprint(2 * len(old))
 	eventually(t, 5*time.Minute, "the CA rotation to finish", func() error {
-		sec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
-		if string(sec.Data["tls.crt"]) == string(oldCA) || !certs.SameBundle(sec.Data["ca.crt"], sec.Data["tls.crt"]) || sec.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" {
-			return fmt.Errorf("CA Secret at generation %s, next CA present %v", sec.Annotations[v1alpha1.AnnotationTrustGeneration], len(sec.Data["next.crt"]) > 0)
+		for name, oldCA := range old {
+			sec := getSecret(t, ns, name)
+			if string(sec.Data["tls.crt"]) == string(oldCA) || !certs.SameBundle(sec.Data["ca.crt"], sec.Data["tls.crt"]) || sec.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" {
+				return fmt.Errorf("CA Secret %s at generation %s, next CA present %v", name, sec.Annotations[v1alpha1.AnnotationTrustGeneration], len(sec.Data["next.crt"]) > 0)
+			}
 		}
 		c := getCluster(t, ns)
 		p := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
-		if c.Status.CARotation != "" || p == nil || p.Status != metav1.ConditionFalse || c.Status.TrustGeneration != 2 {
+		if c.Status.CARotation != "" || p == nil || p.Status != metav1.ConditionFalse || fmt.Sprint(c.Status.TrustGeneration) != sum {
 			return fmt.Errorf("status: rotation %q, trust generation %d, progressing %+v", c.Status.CARotation, c.Status.TrustGeneration, p)
 		}
 		pods := &corev1.PodList{}
@@ -172,7 +203,7 @@ func waitCARotated(t testing.TB, ns string, oldCA []byte) {
 			return err
 		}
 		for _, p := range pods.Items {
-			if p.Annotations[v1alpha1.AnnotationTrustGeneration] != "2" || !podReady(&p) {
+			if p.Annotations[v1alpha1.AnnotationTrustGeneration] != sum || !podReady(&p) {
 				return fmt.Errorf("pod %s on trust generation %q, ready %v", p.Name, p.Annotations[v1alpha1.AnnotationTrustGeneration], podReady(&p))
 			}
 		}

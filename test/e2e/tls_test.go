@@ -179,13 +179,15 @@ func TestTLSClusterWithOperatorIssuedCertificates(t *testing.T) {
 			t.Fatalf("certificate %s expired: %v", s.Secret, s.NotAfter)
 		}
 	}
-	for _, name := range []string{"etcd-ca", "etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"} {
+	for _, name := range []string{"etcd-ca", "etcd-peer-ca", "etcd-peer-tls", "etcd-server-tls", "etcd-operator-client-tls"} {
 		if !secrets[name] {
 			t.Fatalf("status.certificates lacks %s: %+v", name, c.Status.Certificates)
 		}
 	}
 
-	// A deleted leaf Secret is issued again from the same CA, and the cluster keeps serving.
+	// A deleted leaf Secret is issued again from the same CA (the peer side's), and the
+	// cluster keeps serving.
+	peerCA := getSecret(t, ns, v1alpha1.PeerCASecretName("etcd"))
 	peer := getSecret(t, ns, "etcd-peer-tls")
 	if err := k8s.Delete(context.Background(), peer); err != nil {
 		t.Fatal(err)
@@ -198,7 +200,7 @@ func TestTLSClusterWithOperatorIssuedCertificates(t *testing.T) {
 		if s.UID == peer.UID {
 			return fmt.Errorf("still the old Secret")
 		}
-		return certs.Verify(certs.KeyPair{Cert: s.Data["tls.crt"], Key: s.Data["tls.key"]}, caSec.Data["ca.crt"], true, true, time.Now())
+		return certs.Verify(certs.KeyPair{Cert: s.Data["tls.crt"], Key: s.Data["tls.key"]}, peerCA.Data["ca.crt"], true, true, time.Now())
 	})
 	w.waitAcked(t, 50)
 

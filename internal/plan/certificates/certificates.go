@@ -288,3 +288,29 @@ func Rotating(m Material) bool {
 	all, err := certs.ParseAll(m.CA)
 	return err == nil && len(all) > 1
 }
+
+// HoldDrops keeps the CAs of one cluster rotating in step, so that their rotations cost the
+// members as few restart rounds as they can: steps[i] are the steps Plan returned for the CA
+// whose Secret's material is cas[i]. A CA's DropOldCA (a new trust generation, which the
+// members restart for) is held while another CA rotates and drops nothing in the same pass:
+// both drop together once both can, in one restart round. Starting a rotation is never held
+// (an expiring CA must not wait), and switching costs no restart.
+func HoldDrops(steps [][]Step, cas []Material) [][]Step {
+	drops := make([]bool, len(steps))
+	for i, ss := range steps {
+		for _, s := range ss {
+			drops[i] = drops[i] || s.Kind == DropOldCA
+		}
+	}
+	out := make([][]Step, len(steps))
+	for i, ss := range steps {
+		held := false
+		for j := range steps {
+			held = held || (drops[i] && j != i && Rotating(cas[j]) && !drops[j])
+		}
+		if !held {
+			out[i] = ss
+		}
+	}
+	return out
+}

@@ -290,3 +290,47 @@ func BenchmarkIssueLeaf(b *testing.B) {
 		}
 	}
 }
+
+// TestHoldDrops: two CAs of one cluster (the peer side's and the client side's) rotate in
+// step: a CA that could drop its old certificate waits while the other still rotates and
+// drops nothing now, so that the members restart for both drops in one round; starting and
+// switching are never held.
+func TestHoldDrops(t *testing.T) {
+	a, err := certs.NewCA("a", t0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := certs.NewCA("b", t0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := Material{Cert: a.Cert, Key: a.Key, CA: a.Cert}
+	trustsNext := Material{Cert: a.Cert, Key: a.Key, CA: append(append([]byte{}, a.Cert...), b.Cert...), NextCert: b.Cert, NextKey: b.Key}
+	switched := Material{Cert: b.Cert, Key: b.Key, CA: append(append([]byte{}, a.Cert...), b.Cert...)}
+	drop := []Step{{Kind: DropOldCA, Secret: "x"}}
+	start := []Step{{Kind: StartCARotation, Secret: "x"}}
+	sw := []Step{{Kind: SwitchCA, Secret: "x"}}
+	issue := []Step{{Kind: IssueLeaf, Secret: "y"}}
+	for _, tc := range []struct {
+		name  string
+		steps [][]Step
+		cas   []Material
+		want  []int // the number of steps kept, per CA
+	}{
+		{"one CA drops", [][]Step{drop}, []Material{switched}, []int{1}},
+		{"the other does not rotate", [][]Step{drop, nil}, []Material{switched, idle}, []int{1, 0}},
+		{"the other trusts its next CA", [][]Step{drop, nil}, []Material{switched, trustsNext}, []int{0, 0}},
+		{"the other switches now", [][]Step{drop, sw}, []Material{switched, trustsNext}, []int{0, 1}},
+		{"the other waits for its members' certificates", [][]Step{nil, drop}, []Material{switched, switched}, []int{0, 0}},
+		{"the other issues leaves first", [][]Step{drop, issue}, []Material{switched, switched}, []int{0, 1}},
+		{"both drop", [][]Step{drop, drop}, []Material{switched, switched}, []int{1, 1}},
+		{"a start is never held", [][]Step{start, nil}, []Material{idle, switched}, []int{1, 0}},
+	} {
+		got := HoldDrops(tc.steps, tc.cas)
+		for i, n := range tc.want {
+			if len(got[i]) != n {
+				t.Errorf("%s: CA %d keeps %v, want %d steps", tc.name, i, kinds(got[i]), n)
+			}
+		}
+	}
+}
