@@ -336,6 +336,11 @@ func (e *countingEtcd) EnsureRootUser(ctx context.Context, name, password string
 	return e.cl.EnsureRootUser(ctx, name, password)
 }
 
+func (e *countingEtcd) RemoveUser(ctx context.Context, name string) error {
+	e.c.note("RemoveUser")
+	return e.cl.RemoveUser(ctx, name)
+}
+
 func (e *countingEtcd) SetAuth(ctx context.Context, on bool) error {
 	e.c.note("SetAuth")
 	return e.cl.SetAuth(ctx, on)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	etcdstate "github.com/etcd-pilot/etcd-pilot/internal/etcd/state"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	authplan "github.com/etcd-pilot/etcd-pilot/internal/plan/auth"
@@ -79,6 +80,7 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		p.Maintenance, p.Alarms = maintenance.Decide(mob), len(mob.Alarms) > 0
 	}
 	// Authentication when nothing else is to do.
+	var authRead *etcdstate.AuthState
 	if _, _, asked := plan.Above(p, plan.PlannerAuth); asked {
 		ao, answers, err := observe.Auth(ctx, r.DialEtcd, r.EtcdTimeout, c, t, mo.Etcd, o)
 		if err != nil {
@@ -87,6 +89,9 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 		if answers {
 			// The root user's Secret is created by the executor, before the root user.
 			p.Auth, p.AuthAnswered = authplan.Decide(ao), true
+			if ao.OperatorUser != "" {
+				authRead = &ao.State
+			}
 		}
 	}
 	if _, _, asked := plan.Above(p, plan.PlannerPeerSwitch); asked {
@@ -102,6 +107,9 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	}
 	ev := mo.Evidence()
 	ev.Defragmentation = defrag
+	// What etcd said of its users in this pass, for the gate's check that the operator keeps
+	// a root user.
+	ev.Auth, ev.OperatorUser = authRead, o.OperatorUser
 	if a.Kind == plan.UpdatePeerURL && mo.Etcd != nil {
 		// The gate's evidence that the member serves its new URL: ask it there, now.
 		ev.PeerURLAnswers = map[string]string{a.PeerURL: observe.AskPeer(ctx, r.Client, r.apiReader(), r.EtcdTimeout, c, a.PeerURL, mo.Etcd.Cluster.ClusterID, ps.Secret(c))}

@@ -157,6 +157,16 @@ const AnnotationDefaults = "etcdpilot.io/defaults"
 // DefaultsSecure is AnnotationDefaults' value for secure defaults.
 const DefaultsSecure = "secure"
 
+// AnnotationOperatorUser on an EtcdCluster records that the operator's client certificate
+// names this cluster's own etcd user (value OperatorUserPerCluster) rather than the one
+// clusters created before secure defaults share. The operator writes it, after it has made
+// that user root in etcd; clusters created under secure defaults have their own user from
+// the start and do not need it.
+const AnnotationOperatorUser = "etcdpilot.io/operator-user"
+
+// OperatorUserPerCluster is AnnotationOperatorUser's value.
+const OperatorUserPerCluster = "per-cluster"
+
 // FinalizerName is the finalizer etcd-pilot puts on every EtcdCluster.
 const FinalizerName = "etcdpilot.io/finalizer"
 
@@ -287,6 +297,11 @@ const (
 	// stays served and the operator keeps dialing with its certificate, until etcd reports
 	// authentication off (set spec.auth.enabled: false and the operator turns it off).
 	ReasonAuthStillEnabled = "AuthStillEnabled"
+	// ReasonRenamingOperatorUser : the operator's client certificate of a cluster created
+	// before secure defaults is moving from the common name every such cluster's operator
+	// certificate shares (etcd-pilot) to one of this cluster's own: the new etcd user with the
+	// root role first, then the certificate, then the old user is removed.
+	ReasonRenamingOperatorUser = "RenamingOperatorUser"
 )
 
 // Safety gate reasons.
@@ -313,48 +328,49 @@ const (
 // ReasonEffects declares once, for every reason a planner or the safety gate gives, whether it
 // waits, progresses or degrades.
 var ReasonEffects = map[string]Effect{
-	ReasonBootstrapping:       EffectWaits,
-	ReasonEtcdUnreachable:     EffectDegrades,
-	ReasonQuorumLost:          EffectDegrades,
-	ReasonNoLeader:            EffectProgresses,
-	ReasonSwitchingClientTLS:  EffectProgresses,
-	ReasonSwitchingPeerTLS:    EffectProgresses,
-	ReasonSplitBrain:          EffectDegrades,
-	ReasonUnknownMember:       EffectDegrades,
-	ReasonPodNotMember:        EffectDegrades,
-	ReasonQuorumAtRisk:        EffectDegrades,
-	ReasonStaleVolume:         EffectDegrades,
-	ReasonMemberUnhealthy:     EffectProgresses,
-	ReasonInvalidIntent:       EffectDegrades,
-	ReasonScaleOut:            EffectProgresses,
-	ReasonScaleIn:             EffectProgresses,
-	ReasonReplaceMember:       EffectProgresses,
-	ReasonReaddPod:            EffectProgresses,
-	ReasonAdoptLearner:        EffectProgresses,
-	ReasonWaitingForPod:       EffectWaits,
-	ReasonPodTerminating:      EffectWaits,
-	ReasonVolumeDeleting:      EffectWaits,
-	ReasonLearnerStarting:     EffectWaits,
-	ReasonLearnerCatchingUp:   EffectWaits,
-	ReasonMemberStarting:      EffectWaits,
-	ReasonLeaderUnreachable:   EffectProgresses,
-	ReasonLearnerNeverStarted: EffectDegrades,
-	ReasonPodNotCreated:       EffectDegrades,
-	ReasonRollingOut:          EffectWaits,
-	ReasonRolloutWaiting:      EffectWaits,
-	ReasonMemberRestarting:    EffectWaits,
-	ReasonVersionStep:         EffectWaits,
-	ReasonUpgradeStalled:      EffectDegrades,
-	ReasonStepRefused:         EffectWaits,
-	ReasonDefragmenting:       EffectProgresses,
-	ReasonCompacting:          EffectProgresses,
-	ReasonNoSpaceAlarm:        EffectDegrades,
-	ReasonCorruptAlarm:        EffectDegrades,
-	ReasonDisarmingAlarm:      EffectProgresses,
-	ReasonEnablingAuth:        EffectProgresses,
-	ReasonDisablingAuth:       EffectProgresses,
-	ReasonAuthLockedOut:       EffectDegrades,
-	ReasonAuthStillEnabled:    EffectDegrades,
+	ReasonBootstrapping:        EffectWaits,
+	ReasonEtcdUnreachable:      EffectDegrades,
+	ReasonQuorumLost:           EffectDegrades,
+	ReasonNoLeader:             EffectProgresses,
+	ReasonSwitchingClientTLS:   EffectProgresses,
+	ReasonSwitchingPeerTLS:     EffectProgresses,
+	ReasonSplitBrain:           EffectDegrades,
+	ReasonUnknownMember:        EffectDegrades,
+	ReasonPodNotMember:         EffectDegrades,
+	ReasonQuorumAtRisk:         EffectDegrades,
+	ReasonStaleVolume:          EffectDegrades,
+	ReasonMemberUnhealthy:      EffectProgresses,
+	ReasonInvalidIntent:        EffectDegrades,
+	ReasonScaleOut:             EffectProgresses,
+	ReasonScaleIn:              EffectProgresses,
+	ReasonReplaceMember:        EffectProgresses,
+	ReasonReaddPod:             EffectProgresses,
+	ReasonAdoptLearner:         EffectProgresses,
+	ReasonWaitingForPod:        EffectWaits,
+	ReasonPodTerminating:       EffectWaits,
+	ReasonVolumeDeleting:       EffectWaits,
+	ReasonLearnerStarting:      EffectWaits,
+	ReasonLearnerCatchingUp:    EffectWaits,
+	ReasonMemberStarting:       EffectWaits,
+	ReasonLeaderUnreachable:    EffectProgresses,
+	ReasonLearnerNeverStarted:  EffectDegrades,
+	ReasonPodNotCreated:        EffectDegrades,
+	ReasonRollingOut:           EffectWaits,
+	ReasonRolloutWaiting:       EffectWaits,
+	ReasonMemberRestarting:     EffectWaits,
+	ReasonVersionStep:          EffectWaits,
+	ReasonUpgradeStalled:       EffectDegrades,
+	ReasonStepRefused:          EffectWaits,
+	ReasonDefragmenting:        EffectProgresses,
+	ReasonCompacting:           EffectProgresses,
+	ReasonNoSpaceAlarm:         EffectDegrades,
+	ReasonCorruptAlarm:         EffectDegrades,
+	ReasonDisarmingAlarm:       EffectProgresses,
+	ReasonEnablingAuth:         EffectProgresses,
+	ReasonDisablingAuth:        EffectProgresses,
+	ReasonRenamingOperatorUser: EffectProgresses,
+	ReasonAuthLockedOut:        EffectDegrades,
+	ReasonAuthStillEnabled:     EffectDegrades,
 	// The render waits for the user to fix spec.chart (or the admin to relax the level).
 	ReasonPodSecurityViolation: EffectDegrades,
 	ReasonChartTooExpensive:    EffectDegrades,

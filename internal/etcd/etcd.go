@@ -93,6 +93,8 @@ type Client interface {
 	EnsureRootUser(ctx context.Context, name, password string) error
 	// SetAuth turns authentication on or off; asking for the state it is in is not an error.
 	SetAuth(ctx context.Context, on bool) error
+	// RemoveUser deletes the user name; one that does not exist is not an error.
+	RemoveUser(ctx context.Context, name string) error
 	// Close releases the connections.
 	Close() error
 }
@@ -698,6 +700,14 @@ func (c *client) EnsureRootUser(ctx context.Context, name, password string) erro
 	// Granting a role the user has is not an error in etcd.
 	if _, err := c.c.UserGrantRole(ctx, name, "root"); err != nil {
 		return fmt.Errorf("failed to grant etcd user %s the root role: %w", name, err)
+	}
+	return nil
+}
+
+func (c *client) RemoveUser(ctx context.Context, name string) error {
+	_, err := c.c.UserDelete(ctx, name)
+	if err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) && rpctypes.ErrorDesc(err) != rpctypes.ErrUserNotFound.Error() {
+		return fmt.Errorf("failed to remove etcd user %s: %w", name, err)
 	}
 	return nil
 }

@@ -194,6 +194,13 @@ func (a anonymous) EnsureRootUser(ctx context.Context, name, password string) er
 	return a.f.EnsureRootUser(ctx, name, password)
 }
 
+func (a anonymous) RemoveUser(ctx context.Context, name string) error {
+	if a.refused("RemoveUser") {
+		return errUserEmpty
+	}
+	return a.f.RemoveUser(ctx, name)
+}
+
 func (a anonymous) SetAuth(ctx context.Context, on bool) error {
 	if a.refused("SetAuth") {
 		return errUserEmpty
@@ -495,6 +502,15 @@ func (f *Fake) EnsureRootUser(_ context.Context, name, _ string) error {
 		f.Users = map[string][]string{}
 	}
 	f.Users[name] = []string{"root"}
+	return nil
+}
+
+// RemoveUser deletes the user from Users.
+func (f *Fake) RemoveUser(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("RemoveUser")
+	delete(f.Users, name)
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -35,10 +37,31 @@ func (x *Executor) authExec(ctx context.Context, c *v1alpha1.EtcdCluster, t rend
 			}
 		}
 		return cl.EnsureRootUser(actx, a.User, password)
+	case plan.RemoveUser:
+		return cl.RemoveUser(actx, a.User)
 	case plan.EnableAuth, plan.DisableAuth:
 		return cl.SetAuth(actx, a.Kind == plan.EnableAuth)
 	}
 	return fmt.Errorf("unknown authentication step %s", a.Kind)
+}
+
+// adoptOperatorUser records on c (AnnotationOperatorUser) that the operator's client
+// certificate takes the cluster's own common name from now on: a merge patch of that one
+// annotation, so nothing else of the user's object is written.
+func (x *Executor) adoptOperatorUser(ctx context.Context, c *v1alpha1.EtcdCluster) error {
+	live := &v1alpha1.EtcdCluster{}
+	live.Namespace, live.Name = c.Namespace, c.Name
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationOperatorUser, v1alpha1.OperatorUserPerCluster)))
+	if err := x.Client.Patch(ctx, live, patch); err != nil {
+		return fmt.Errorf("failed to record the operator's new user on EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[v1alpha1.AnnotationOperatorUser] = v1alpha1.OperatorUserPerCluster
+	x.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.ReasonRenamingOperatorUser, string(plan.AdoptOperatorUser),
+		"The operator's client certificate takes the cluster's own common name %s from the next pass", render.PerClusterOperatorCommonName(c))
+	return nil
 }
 
 // RootPassword returns the root user's password from its Secret, creating the Secret with a

@@ -239,8 +239,10 @@ func (x *Executor) ExecuteMembership(ctx context.Context, c *v1alpha1.EtcdCluste
 		err = ignoreGone(x.Client.Delete(ctx, pod, opts...))
 	case plan.Defragment:
 		err = x.defragment(ctx, c, t, mo, a)
-	case plan.EnsureRootUser, plan.EnableAuth, plan.DisableAuth:
+	case plan.EnsureRootUser, plan.RemoveUser, plan.EnableAuth, plan.DisableAuth:
 		err = x.authExec(ctx, c, t, mo.Etcd, a)
+	case plan.AdoptOperatorUser:
+		err = x.adoptOperatorUser(ctx, c)
 	case plan.AddLearner:
 		// The intent with the time of the add is stored first, so it is never later than the
 		// add (a failed store leaves etcd untouched, and the next pass tries again).

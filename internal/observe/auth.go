@@ -35,10 +35,11 @@ func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alp
 		return o, false, nil
 	}
 	o = authplan.Observation{Enabled: c.Spec.Auth.Enabled, OperatorUser: user}
+	o.LegacyUser, o.PerClusterUser = OperatorUserNames(c)
 	if user == "" {
 		return o, true, nil
 	}
-	if obs != nil && obs.Auth != nil && slices.Equal(obs.AuthUsers, []string{authplan.RootUser, user}) {
+	if obs != nil && obs.Auth != nil && slices.Equal(obs.AuthUsers, authplan.Users(o)) {
 		o.State = *obs.Auth
 		if obs.AuthRefused != nil && o.State.Roles == nil {
 			// Refused: auth is on and the operator is not a user etcd knows (see below).
@@ -53,7 +54,7 @@ func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alp
 	defer cl.Close()
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := cl.Auth(actx, []string{authplan.RootUser, user})
+	st, err := cl.Auth(actx, authplan.Users(o))
 	if err != nil {
 		if etcd.AuthRefused(err) {
 			// Auth is on and the operator is not a user etcd knows, or not allowed to read
@@ -65,6 +66,16 @@ func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alp
 	}
 	o.State = st
 	return o, true, nil
+}
+
+// OperatorUserNames are the names the operator's user may have in c's etcd: the one every
+// cluster created before secure defaults shares, and c's own; perCluster is "" when the
+// operator does not name its certificate (the client side's source is Secret).
+func OperatorUserNames(c *v1alpha1.EtcdCluster) (legacy, perCluster string) {
+	if t := c.Spec.TLS; t == nil || t.Client == nil || t.Client.Source == v1alpha1.TLSSourceSecret {
+		return render.LegacyOperatorCommonName, ""
+	}
+	return render.LegacyOperatorCommonName, render.PerClusterOperatorCommonName(c)
 }
 
 // ClientURLs are the client URLs of the members that answered.

@@ -210,7 +210,9 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 	// Auth), so a pass asks etcd once.
 	var users []string
 	if u := o.OperatorUser; c.Spec.Auth != nil && u != "" {
-		users = []string{authplan.RootUser, u}
+		ao := authplan.Observation{OperatorUser: u}
+		ao.LegacyUser, ao.PerClusterUser = OperatorUserNames(c)
+		users = authplan.Users(ao)
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	st, err := cl.Auth(actx, users)

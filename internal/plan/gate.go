@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,6 +51,11 @@ type Evidence struct {
 	// Defragmentation is the defragmentation the operator recorded before it started it, while
 	// the record stands (nil when none does).
 	Defragmentation *Defragmentation
+	// Auth is etcd's authentication as the authentication planner read it in this pass, with
+	// the roles of the users it read (nil when it was not read), and OperatorUser the user the
+	// operator authenticates as now (its client certificate's common name).
+	Auth         *etcd.AuthState
+	OperatorUser string
 }
 
 // Invariant is one named rule of the safety gate. Check returns why step s breaks the rule
@@ -86,6 +92,7 @@ var Invariants = []Invariant{
 	{"RestoreOnlyWithoutQuorum", restoreOnlyWithoutQuorum},
 	{"RestoreOnlyWhenAQuorumLostItsData", restoreOnlyWhenDataLost},
 	{"AuthChangesWithAHealthyQuorum", authWithQuorum},
+	{"OperatorKeepsARootUser", operatorKeepsRoot},
 	{"PeerURLMovesToAnAnsweringListener", peerURLAnswers},
 }
 
@@ -621,9 +628,32 @@ func peerURLAnswers(s Step, v *evidenceView) string {
 	return ""
 }
 
+// operatorKeepsRoot: the operator never removes the user it authenticates as (nor root), and
+// its certificate takes a new user's name only when etcd reported, in this pass, that the user
+// has the root role, or that authentication is off.
+func operatorKeepsRoot(s Step, v *evidenceView) string {
+	a := v.e.Auth
+	switch s.Kind {
+	case RemoveUser:
+		if s.User == "" || s.User == "root" || s.User == v.e.OperatorUser {
+			return fmt.Sprintf("etcd user %q is root or the one the operator authenticates as", s.User)
+		}
+	case AdoptOperatorUser:
+		switch {
+		case a == nil:
+			return "etcd's authentication was not read in this pass"
+		case s.User == "":
+			return "the step names no user"
+		case a.Enabled && !slices.Contains(a.Roles[s.User], "root"):
+			return fmt.Sprintf("etcd's authentication is on and etcd user %s has no root role in this pass's reading: a certificate with that name would lock the operator out", s.User)
+		}
+	}
+	return ""
+}
+
 func authWithQuorum(s Step, v *evidenceView) string {
 	switch s.Kind {
-	case EnsureRootUser, EnableAuth, DisableAuth:
+	case EnsureRootUser, RemoveUser, EnableAuth, DisableAuth:
 	default:
 		return ""
 	}

@@ -365,6 +365,24 @@ func TestGate(t *testing.T) {
 			"AuthChangesWithAHealthyQuorum", "fewer than quorum"},
 		{"add a user while a voter lags", gCluster(3).lag(1, 500).lag(2, 500), Step{Kind: EnsureRootUser, User: "root", Reason: v1alpha1.ReasonEnablingAuth},
 			"AuthChangesWithAHealthyQuorum", "fewer than quorum"},
+		// The operator keeps a root user: never removes its own, and renames its certificate
+		// only to a user etcd reported as root in this pass.
+		{"remove the operator's own user", gCluster(3).with(authOf("etcd-pilot", true, "etcd-pilot")),
+			Step{Kind: RemoveUser, User: "etcd-pilot", Reason: v1alpha1.ReasonRenamingOperatorUser}, "OperatorKeepsARootUser", "the one the operator authenticates as"},
+		{"remove root", gCluster(3).with(authOf("own", true, "own")),
+			Step{Kind: RemoveUser, User: "root", Reason: v1alpha1.ReasonRenamingOperatorUser}, "OperatorKeepsARootUser", "root"},
+		{"remove the former user", gCluster(3).with(authOf("own", true, "own", "etcd-pilot")),
+			Step{Kind: RemoveUser, User: "etcd-pilot", Reason: v1alpha1.ReasonRenamingOperatorUser}, "", ""},
+		{"remove the former user without a healthy quorum", gCluster(3).down(1).down(2).with(authOf("own", true, "own", "etcd-pilot")),
+			Step{Kind: RemoveUser, User: "etcd-pilot", Reason: v1alpha1.ReasonRenamingOperatorUser}, "AuthChangesWithAHealthyQuorum", "fewer than quorum"},
+		{"adopt a user etcd has as root", gCluster(3).with(authOf("etcd-pilot", true, "etcd-pilot", "own")),
+			Step{Kind: AdoptOperatorUser, User: "own", Reason: v1alpha1.ReasonRenamingOperatorUser}, "", ""},
+		{"adopt a user without the root role", gCluster(3).with(authOf("etcd-pilot", true, "etcd-pilot")),
+			Step{Kind: AdoptOperatorUser, User: "own", Reason: v1alpha1.ReasonRenamingOperatorUser}, "OperatorKeepsARootUser", "no root role"},
+		{"adopt a user with authentication off", gCluster(3).with(authOf("etcd-pilot", false)),
+			Step{Kind: AdoptOperatorUser, User: "own", Reason: v1alpha1.ReasonRenamingOperatorUser}, "", ""},
+		{"adopt a user without a reading of etcd's users", gCluster(3),
+			Step{Kind: AdoptOperatorUser, User: "own", Reason: v1alpha1.ReasonRenamingOperatorUser}, "OperatorKeepsARootUser", "not read"},
 		{"finish a restore before formation", gCluster(3).unformed(), Step{Kind: "FinishRestore", Reason: v1alpha1.ReasonRestored}, "", ""},
 		{"clean up after a restore", gCluster(3), Step{Kind: "CleanUpRestore", Member: "etc-0", Reason: v1alpha1.ReasonRestored}, "", ""},
 		{"a member step with a restore's reason", gCluster(3).noMembers(), Step{Kind: DeletePod, Member: "etc-0", Reason: v1alpha1.ReasonRestored},
@@ -450,5 +468,17 @@ func TestSamePeerHost(t *testing.T) {
 		if got := SamePeerHost(c.a, c.b); got != c.want {
 			t.Errorf("SamePeerHost(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
 		}
+	}
+}
+
+// authOf is evidence of etcd's authentication (on or off) read in this pass, with the root
+// role for the users roots, and the operator authenticating as operator.
+func authOf(operator string, on bool, roots ...string) func(*Evidence) {
+	return func(e *Evidence) {
+		st := &etcd.AuthState{Enabled: on, Roles: map[string][]string{"root": {"root"}}}
+		for _, u := range roots {
+			st.Roles[u] = []string{"root"}
+		}
+		e.Auth, e.OperatorUser = st, operator
 	}
 }

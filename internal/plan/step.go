@@ -49,6 +49,14 @@ const (
 	// from its Secret; the operator's user without a password: it authenticates by its client
 	// certificate's common name) and grant it the root role.
 	EnsureRootUser Kind = "EnsureRootUser"
+	// AdoptOperatorUser: record (AnnotationOperatorUser) that the operator's client
+	// certificate takes the cluster's own common name from now on; the certificates step
+	// issues it on the next pass. The planner asks for it only once that user has the root
+	// role in etcd, or authentication is off.
+	AdoptOperatorUser Kind = "AdoptOperatorUser"
+	// RemoveUser: delete the etcd user User (the operator's former one); a user that does not
+	// exist is success.
+	RemoveUser Kind = "RemoveUser"
 	// EnableAuth turns etcd's authentication on; DisableAuth turns it off.
 	EnableAuth  Kind = "EnableAuth"
 	DisableAuth Kind = "DisableAuth"
@@ -89,7 +97,8 @@ type Step struct {
 	Revision int64
 	// Alarm is the alarm type DisarmAlarm disarms (AlarmNoSpace).
 	Alarm string
-	// User is the etcd user EnsureRootUser creates.
+	// User is the etcd user EnsureRootUser creates, RemoveUser deletes, or AdoptOperatorUser
+	// gives the operator's certificate the name of.
 	User string
 	// Force asks DeletePod for grace period 0.
 	Force bool

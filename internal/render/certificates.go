@@ -178,16 +178,23 @@ const LegacyOperatorCommonName = "etcd-pilot"
 
 // OperatorCommonName is the subject common name of the client certificate the operator
 // presents for c; etcd takes it as the user name when authentication is on. A cluster created
-// under secure defaults gets its own from the start, etcd-pilot-<32 hex digits of the SHA-256
-// of namespace/name>, so no other cluster's operator certificate names its user even when
-// both come from one CA (no two clusters share a namespace and a name). It is not the UID:
-// a cluster recreated under its name over its volumes, or restored from its own backup,
-// keeps the user its etcd knows. A cluster created before keeps LegacyOperatorCommonName:
-// its etcd may know that user only.
+// under secure defaults gets its own from the start (PerClusterOperatorCommonName); so does a
+// cluster created before once the operator has moved it there (AnnotationOperatorUser, see
+// internal/plan/auth). Until then it keeps LegacyOperatorCommonName: its etcd may know that
+// user only.
 func OperatorCommonName(c *v1alpha1.EtcdCluster) string {
-	if !values.SecureDefaults(c) {
+	if !values.SecureDefaults(c) && c.Annotations[v1alpha1.AnnotationOperatorUser] != v1alpha1.OperatorUserPerCluster {
 		return LegacyOperatorCommonName
 	}
+	return PerClusterOperatorCommonName(c)
+}
+
+// PerClusterOperatorCommonName is the operator's common name of c's own:
+// etcd-pilot-<32 hex digits of the SHA-256 of namespace/name>, so no other cluster's operator
+// certificate names its user even when both come from one CA (no two clusters share a
+// namespace and a name). It is not the UID: a cluster recreated under its name over its
+// volumes, or restored from its own backup, keeps the user its etcd knows.
+func PerClusterOperatorCommonName(c *v1alpha1.EtcdCluster) string {
 	sum := sha256.Sum256([]byte(c.Namespace + "/" + c.Name))
 	return LegacyOperatorCommonName + "-" + hex.EncodeToString(sum[:16])
 }

@@ -2,9 +2,17 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -12,6 +20,7 @@ import (
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/certs"
+	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
 // TestAuthRefusesAnonymousAndTheOperatorStillUpgrades turns etcd's authentication on in a TLS
@@ -105,3 +114,118 @@ func TestAuthRefusesAnonymousAndTheOperatorStillUpgrades(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser (issue 26): the operator of a
+// cluster created before secure defaults authenticated as etcd-pilot, the user every such
+// cluster's operator certificate names, so with one CA behind two clusters (a shared
+// ClusterIssuer) one cluster's operator certificate was root on the other's etcd. With
+// authentication on, the operator moves itself to the cluster's own user (the user first,
+// then its certificate, then etcd-pilot removed) without losing root at any pass; afterwards
+// etcd knows no etcd-pilot and refuses a certificate with that name, and the operator still
+// acts (it scales the cluster).
+func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
+	ns := namespace(t)
+	// The finalizer already on the object: an operator before secure defaults created it.
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: ns, Finalizers: []string{v1alpha1.FinalizerName}},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrInt32(3),
+			TLS:  &v1alpha1.TLSSpec{Peer: &v1alpha1.PeerTLS{}, Client: &v1alpha1.ClientTLS{}, ExtraSANs: localSANs},
+			Auth: &v1alpha1.AuthSpec{Enabled: true}}}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	own := render.PerClusterOperatorCommonName(c)
+	lockedOut := ""
+	eventually(t, 4*time.Minute, "the operator on its own user "+own, func() error {
+		cur := getCluster(t, ns)
+		if d := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonAuthLockedOut {
+			lockedOut = d.Message
+		}
+		if cur.Annotations[v1alpha1.AnnotationOperatorUser] != v1alpha1.OperatorUserPerCluster {
+			return fmt.Errorf("annotations %v", cur.Annotations)
+		}
+		s := &corev1.Secret{}
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.OperatorTLSSecretName("etcd")}, s); err != nil {
+			return err
+		}
+		leaf, err := certs.Parse(s.Data["tls.crt"])
+		if err != nil {
+			return err
+		}
+		if leaf.Subject.CommonName != own {
+			return fmt.Errorf("the operator's certificate names %s", leaf.Subject.CommonName)
+		}
+		if a := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Available is %+v", a)
+		}
+		return nil
+	})
+	if lockedOut != "" {
+		t.Fatalf("the operator was locked out on the way: %s", lockedOut)
+	}
+
+	// Evidence from etcd, as root.
+	caSec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
+	ca := certs.KeyPair{Cert: caSec.Data["tls.crt"], Key: caSec.Data["tls.key"]}
+	admin := issueUserCert(t, ca, caSec.Data["ca.crt"], "e2e-admin")
+	root := getSecret(t, ns, v1alpha1.RootAuthSecretName("etcd"))
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: strings.Split(endpoints(ns, 3), ","),
+		TLS:       admin.tls, Username: string(root.Data["username"]), Password: string(root.Data["password"]),
+		DialTimeout: 2 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	eventually(t, time.Minute, "etcd-pilot removed from etcd's users", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		users, err := cli.UserList(ctx)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(users.Users, render.LegacyOperatorCommonName) || !slices.Contains(users.Users, own) {
+			return fmt.Errorf("etcd's users %v", users.Users)
+		}
+		u, err := cli.UserGet(ctx, own)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(u.Roles, "root") {
+			return fmt.Errorf("%s has roles %v", own, u.Roles)
+		}
+		return nil
+	})
+	// Another cluster's operator certificate from the same CA, as before: no user here.
+	other := issueUserCert(t, ca, caSec.Data["ca.crt"], render.LegacyOperatorCommonName)
+	if out, err := etcdctl(t, "--endpoints", endpoint(ns, 0), "--cacert", other.ca, "--cert", other.c, "--key", other.k, "put", "taken", "x"); err == nil {
+		t.Fatalf("a certificate named %s could still write: %s", render.LegacyOperatorCommonName, out)
+	} else {
+		t.Logf("a certificate named %s: refused (%s)", render.LegacyOperatorCommonName, lastLine(out))
+	}
+	// The operator still acts as its new user: it scales the cluster out.
+	cur := getCluster(t, ns)
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Replicas = ptrInt32(4)
+	if err := k8s.Patch(context.Background(), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "4 members", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		m, err := cli.MemberList(ctx)
+		if err != nil {
+			return err
+		}
+		voters := 0
+		for _, x := range m.Members {
+			if !x.IsLearner {
+				voters++
+			}
+		}
+		if voters != 4 {
+			return fmt.Errorf("%d voters", voters)
+		}
+		return nil
+	})
+}

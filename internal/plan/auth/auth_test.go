@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
@@ -72,5 +73,62 @@ func TestConverges(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestRenamesTheOperatorsUser (issue 26): the operator of a cluster created before secure
+// defaults authenticates as etcd-pilot, the user every such cluster's operator certificate
+// names. Against a fake etcd, one step per pass as the controller takes them, with the
+// certificate renamed once the step records it: the cluster's own user gets the root role
+// first, then the certificate its name, then etcd-pilot goes; the operator is root in every
+// pass. With authentication off no user is needed first.
+func TestRenamesTheOperatorsUser(t *testing.T) {
+	const legacy, own = "etcd-pilot", "etcd-pilot-0123456789abcdef0123456789abcdef"
+	for _, on := range []bool{true, false} {
+		f := &etcd.Fake{AuthEnabled: on, Users: map[string][]string{RootUser: {"root"}, legacy: {"root"}}}
+		user := legacy
+		var kinds []plan.Kind
+		for pass := 0; ; pass++ {
+			if pass > 6 {
+				t.Fatalf("auth %v: no convergence after %v", on, kinds)
+			}
+			o := Observation{Enabled: on, OperatorUser: user, LegacyUser: legacy, PerClusterUser: own}
+			st, _ := f.Auth(t.Context(), Users(o))
+			o.State = st
+			if on && !slices.Contains(st.Roles[user], "root") {
+				t.Fatalf("pass %d: the operator's user %s is not root (%v)", pass, user, st.Roles)
+			}
+			s := Decide(o)
+			if s.Kind == plan.None {
+				break
+			}
+			kinds = append(kinds, s.Kind)
+			switch s.Kind {
+			case plan.EnsureRootUser:
+				_ = f.EnsureRootUser(t.Context(), s.User, "")
+			case plan.AdoptOperatorUser:
+				user = s.User
+			case plan.RemoveUser:
+				_ = f.RemoveUser(t.Context(), s.User)
+			default:
+				t.Fatalf("pass %d: unexpected %s", pass, s.Kind)
+			}
+		}
+		want := []plan.Kind{plan.EnsureRootUser, plan.AdoptOperatorUser, plan.RemoveUser}
+		if !on {
+			want = want[1:]
+		}
+		if !slices.Equal(kinds, want) || user != own {
+			t.Errorf("auth %v: steps %v, user %s; want %v and %s", on, kinds, user, want, own)
+		}
+		if _, ok := f.Users[legacy]; ok {
+			t.Errorf("auth %v: etcd user %s is left: another cluster's operator certificate names it", on, legacy)
+		}
+	}
+	// The client side's certificate is the user's (source Secret): nothing is renamed.
+	o := Observation{Enabled: true, OperatorUser: legacy, LegacyUser: legacy,
+		State: etcd.AuthState{Enabled: true, Roles: map[string][]string{RootUser: {"root"}, legacy: {"root"}}}}
+	if s := Decide(o); s.Kind != plan.None {
+		t.Errorf("a certificate the operator does not name: %s", s.Kind)
 	}
 }
