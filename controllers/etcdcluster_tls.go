@@ -162,6 +162,7 @@ func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1a
 		if err != nil {
 			return false, err
 		}
+		want.Stale = crl.Stale(ca.Cert, now)
 		secrets, err := observe.ReadClientSecrets(ctx, rd, c, now)
 		if err != nil {
 			return false, err

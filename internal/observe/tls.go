@@ -429,6 +429,8 @@ func CRLExists(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster) (
 // CRL is the revocation list's Secret as read: its entries, the list's number and the
 // Secret's resourceVersion ("" when it does not exist).
 type CRL struct {
+	// DER is the list as the members read it.
+	DER             []byte
 	Entries         []certificates.Revoked
 	Number          int64
 	ResourceVersion string
@@ -436,6 +438,25 @@ type CRL struct {
 
 // Exists reports whether the list's Secret exists.
 func (l CRL) Exists() bool { return l.ResourceVersion != "" }
+
+// CRLRefreshBefore is how long before its next update the revocation list is signed again
+// (it is valid for a week, certs.RevocationList).
+const CRLRefreshBefore = 2 * 24 * time.Hour
+
+// Stale reports whether the list that exists must be signed again though its entries stand:
+// its DER cannot be read, its next update is within CRLRefreshBefore, or signer (the CA that
+// signs now, PEM) did not sign it.
+func (l CRL) Stale(signer []byte, now time.Time) bool {
+	if !l.Exists() {
+		return false
+	}
+	rl, err := x509.ParseRevocationList(l.DER)
+	if err != nil || now.After(rl.NextUpdate.Add(-CRLRefreshBefore)) {
+		return true
+	}
+	ca, err := certs.Parse(signer)
+	return err == nil && rl.CheckSignatureFrom(ca) != nil
+}
 
 // ReadCRL reads c's revocation list's Secret (v1alpha1.ClientCRLSecretName): the entries it
 // keeps (data key revoked, JSON), from which crl.der is written. A Secret of that name that
@@ -453,7 +474,7 @@ func ReadCRL(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster) (CR
 	if s.Labels[v1alpha1.LabelCluster] != c.Name || s.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
 		return CRL{}, &render.TLSError{Msg: fmt.Sprintf("Secret %s/%s exists and is not this cluster's revocation list (labels %s=%s and %s=%s): the operator keeps this name for it and does not overwrite it; rename or delete that Secret", namespace, name, v1alpha1.LabelCluster, c.Name, v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue)}
 	}
-	l := CRL{ResourceVersion: s.ResourceVersion}
+	l := CRL{ResourceVersion: s.ResourceVersion, DER: s.Data[certs.CRLKey]}
 	l.Number, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationCRLNumber], 10, 64)
 	if b := s.Data[certs.RevokedKey]; len(b) > 0 {
 		if err := json.Unmarshal(b, &l.Entries); err != nil {

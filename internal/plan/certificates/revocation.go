@@ -45,6 +45,10 @@ type RevocationWant struct {
 	// never revoked, whatever a Secret labelled as an application's holds (a copy of the
 	// operator's certificate in one would otherwise lock the operator out).
 	Kept map[string]bool
+	// Stale is true when the list that exists must be signed again though its entries stand:
+	// its next update is near, or the CA that signs now did not sign it (a CA rotation).
+	// etcd reads only the serial numbers; other readers check both.
+	Stale bool
 }
 
 // RevocationKind is a kind of revocation step.
@@ -94,6 +98,9 @@ func PlanRevocations(w RevocationWant, list []Revoked, listExists bool, secrets 
 	have := map[string]bool{}
 	changed := keeps && !listExists
 	reason := "created"
+	if keeps && listExists && w.Stale {
+		changed, reason = true, "signed again (its next update is near, or another CA signs now)"
+	}
 	for _, e := range list {
 		if !e.NotAfter.After(now) {
 			changed, reason = true, "expired certificates dropped"

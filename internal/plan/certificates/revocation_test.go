@@ -30,6 +30,9 @@ func TestPlanRevocations(t *testing.T) {
 		{name: "the first certificate creates the empty list", w: operator("e-client-app"), secrets: []ClientSecret{app},
 			want: []RevocationStep{{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{}, Reason: "created"}}},
 		{name: "settled", w: operator("e-client-app"), listExists: true, secrets: []ClientSecret{app}},
+		{name: "a stale list is signed again with its entries", w: func() RevocationWant { w := operator("e-client-app"); w.Stale = true; return w }(), listExists: true,
+			list: []Revoked{{Serial: "0b", NotAfter: later, Name: "other"}}, secrets: []ClientSecret{app},
+			want: []RevocationStep{{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "0b", NotAfter: later, Name: "other"}}, Reason: "signed again (its next update is near, or another CA signs now)"}}},
 		{name: "a removed certificate: every unexpired serial first, then its Secret", w: operator("e-client-other"), listExists: true, secrets: []ClientSecret{app, other},
 			want: []RevocationStep{
 				{Kind: WriteCRL, Secret: "e-crl", Entries: []Revoked{{Serial: "09", NotAfter: later, Name: "app"}, {Serial: "0a", NotAfter: later, Name: "app"}}, Reason: "certificate app revoked"},
