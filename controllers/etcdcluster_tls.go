@@ -46,17 +46,19 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 	}
 	var expiries []certificates.Expiry
 	var operatorMaterial map[string]certificates.Material
-	wants, err := r.operatorCertificates(ctx, c, m, t)
-	if err != nil {
-		return nil, err
-	}
-	if len(wants) > 0 {
+	if len(render.OperatorCertificates(c, t, render.SeparatePeerCA)) > 0 {
 		// Plan from the cache; before writing anything, read the Secrets again past it and
 		// plan again, so no step acts on a Secret the cache has not caught up with (a CA
-		// just rotated, or one the cache does not show).
+		// just rotated, or one the cache does not show). The layout of the CAs is decided
+		// from the same reading as the plan.
+		var wants []certificates.Want
 		var observed map[string]certificates.Material
 		var steps [][]certificates.Step
 		for pass, rd := range []client.Reader{r.Client, r.apiReader()} {
+			var err error
+			if wants, err = r.operatorCertificates(ctx, rd, c, m, t); err != nil {
+				return nil, err
+			}
 			var problem *certificates.Problem
 			if observed, steps, problem, err = r.planCertificates(ctx, rd, c, t, wants, now); err != nil {
 				return nil, err
@@ -76,15 +78,20 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 			}
 		}
 		// The expiries of what was read, or written.
-		var generation int64
 		var rotations []string
+		c.Status.TrustGeneration, c.Status.PeerTrustGeneration = 0, 0
 		kept := map[string]bool{}
 		var clientCA *certificates.Material
 		for _, w := range wants {
 			_, exp, _ := certificates.Plan(w, observed, now)
 			expiries = append(expiries, exp...)
 			ca := observed[w.CASecret]
-			generation += ca.Generation
+			// The members' pod template carries each CA's generation.
+			if w.CASecret == v1alpha1.PeerCASecretName(c.Name) {
+				c.Status.PeerTrustGeneration = ca.Generation
+			} else {
+				c.Status.TrustGeneration = ca.Generation
+			}
 			if r := certificates.Rotation(observed, w.CASecret); r != "" {
 				if len(wants) > 1 {
 					r = fmt.Sprintf("Secret %s: %s", w.CASecret, r)
@@ -101,9 +108,6 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 			}
 		}
 		operatorMaterial = observed
-		// The members' pod template carries the sum of the CAs' generations: it grows when
-		// either trust bundle changes in a way the members restart for.
-		c.Status.TrustGeneration = generation
 		c.Status.CARotation = strings.Join(rotations, "; ")
 		if clientCA == nil {
 			// Only the peer side's certificates are the operator's now: the revocation list,
@@ -185,33 +189,39 @@ func (r *EtcdClusterReconciler) reconcileRevocations(ctx context.Context, c *v1a
 }
 
 // operatorCertificates is what the Operator source asks for, one Want per CA (see
-// render.OperatorCertificates), in the layout the cluster's members run with, each marked
-// Formed when the members run with its certificates.
-func (r *EtcdClusterReconciler) operatorCertificates(ctx context.Context, c *v1alpha1.EtcdCluster, m memory.Memory, t render.Topology) ([]certificates.Want, error) {
+// render.OperatorCertificates), in the layout the cluster's members run with, decided from
+// the CA and peer Secrets as rd shows them (see render.CALayoutOf), each marked Formed when
+// the members run with its certificates.
+func (r *EtcdClusterReconciler) operatorCertificates(ctx context.Context, rd client.Reader, c *v1alpha1.EtcdCluster, m memory.Memory, t render.Topology) ([]certificates.Want, error) {
 	kc := r.cached(ctx)
 	layout := render.SeparatePeerCA
 	if p := c.Spec.TLS.Peer; p != nil && render.SourceOf(p.Source) == v1alpha1.TLSSourceOperator {
-		_, peerCA, err := observe.ReadTLSSecret(ctx, kc, c.Namespace, v1alpha1.PeerCASecretName(c.Name))
+		_, peerCA, err := observe.ReadTLSSecret(ctx, rd, c.Namespace, v1alpha1.PeerCASecretName(c.Name))
 		if err != nil {
 			return nil, err
 		}
-		issuer := ""
+		issuer, signs := "", ""
 		if !peerCA {
-			leaf, ok, err := observe.ReadTLSSecret(ctx, kc, c.Namespace, v1alpha1.PeerTLSSecretName(c.Name))
+			leaf, ok, err := observe.ReadTLSSecret(ctx, rd, c.Namespace, v1alpha1.PeerTLSSecretName(c.Name))
 			if err != nil {
 				return nil, err
 			}
 			if cert, err := certs.Parse(leaf.Cert); ok && err == nil {
 				issuer = cert.Issuer.CommonName
 			}
+			ca, _, err := observe.ReadTLSSecret(ctx, rd, c.Namespace, v1alpha1.CASecretName(c.Name))
+			if err != nil {
+				return nil, err
+			}
+			signs = ca.Signs
 		}
 		mounted := false
-		if !peerCA && issuer == "" {
+		if !peerCA && issuer == "" && signs == "" {
 			if mounted, err = observe.MembersMount(ctx, kc, c, t, observe.PeerTLSVolume); err != nil {
 				return nil, err
 			}
 		}
-		layout = render.CALayoutOf(c, peerCA, issuer, mounted)
+		layout = render.CALayoutOf(c, peerCA, issuer, signs, mounted)
 	}
 	wants := render.OperatorCertificates(c, t, layout)
 	for i := range wants {
@@ -252,6 +262,13 @@ func (r *EtcdClusterReconciler) planCertificates(ctx context.Context, rd client.
 		}
 		maps.Copy(observed, o)
 	}
+	// The operator's certificate keeps the name it has: only the authentication planner
+	// moves it (after etcd reported the new user as root), by issuing it.
+	if leaf, err := certs.Parse(observed[v1alpha1.OperatorTLSSecretName(c.Name)].Cert); err == nil {
+		for i := range wants {
+			render.KeepOperatorCommonName(c, wants[i].Leaves, leaf.Subject.CommonName)
+		}
+	}
 	var revoked map[string]bool
 	if crl, err := observe.ReadCRL(ctx, rd, c); err == nil {
 		// A list that cannot be read is reported by the revocations.
@@ -260,18 +277,17 @@ func (r *EtcdClusterReconciler) planCertificates(ctx context.Context, rd client.
 			revoked[e.Serial] = true
 		}
 	}
-	var total int64
 	rotating := false
 	cas := make([]certificates.Material, len(wants))
 	for i, w := range wants {
 		cas[i] = observed[w.CASecret]
-		total += cas[i].Generation
 		rotating = rotating || certificates.Rotating(cas[i])
 	}
-	members := int64(-1)
+	var members observe.Generations
+	agree := false
 	if rotating {
 		var err error
-		if members, err = observe.MembersGeneration(ctx, r.cached(ctx), c, t); err != nil {
+		if members, agree, err = observe.MembersGeneration(ctx, r.cached(ctx), c, t); err != nil {
 			return nil, nil, nil, err
 		}
 	}
@@ -280,11 +296,10 @@ func (r *EtcdClusterReconciler) planCertificates(ctx context.Context, rd client.
 	for i := range wants {
 		w := &wants[i]
 		w.Revoked = revoked
-		// Every member runs with the pod template's sum of the generations, so with each
-		// CA's current one.
+		// The generation of this CA every member runs with, -1 when they differ.
 		w.MembersOnGeneration = -1
-		if members >= 0 && members == total {
-			w.MembersOnGeneration = cas[i].Generation
+		if agree {
+			w.MembersOnGeneration = members[w.CASecret]
 		}
 		w.ServedByCurrentCA = false
 		if certificates.AsksServedByCurrentCA(*w, cas[i]) {

@@ -157,16 +157,6 @@ const AnnotationDefaults = "etcdpilot.io/defaults"
 // DefaultsSecure is AnnotationDefaults' value for secure defaults.
 const DefaultsSecure = "secure"
 
-// AnnotationOperatorUser on an EtcdCluster records that the operator's client certificate
-// names this cluster's own etcd user (value OperatorUserPerCluster) rather than the one
-// clusters created before secure defaults share. The operator writes it, after it has made
-// that user root in etcd; clusters created under secure defaults have their own user from
-// the start and do not need it.
-const AnnotationOperatorUser = "etcdpilot.io/operator-user"
-
-// OperatorUserPerCluster is AnnotationOperatorUser's value.
-const OperatorUserPerCluster = "per-cluster"
-
 // FinalizerName is the finalizer etcd-pilot puts on every EtcdCluster.
 const FinalizerName = "etcdpilot.io/finalizer"
 

@@ -635,12 +635,16 @@ type EtcdClusterStatus struct {
 	// +listMapKey=secret
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
 
-	// TrustGeneration is the generation of the CA trust bundles the operator keeps (see
-	// AnnotationTrustGeneration): the sum of the generations read from its CA Secrets (the
-	// client side's and the peer side's). The members' pod template carries it, so a change
-	// of either bundle restarts them one at a time.
+	// TrustGeneration is the generation of the CA trust bundle the operator keeps (see
+	// AnnotationTrustGeneration), read from the CA Secret (CASecretName); the members' pod
+	// template carries it, so a change of the bundle restarts them one at a time.
 	// +optional
 	TrustGeneration int64 `json:"trustGeneration,omitempty"`
+
+	// PeerTrustGeneration is the same for the peer side's own CA (PeerCASecretName), carried
+	// by the pod template as AnnotationPeerTrustGeneration.
+	// +optional
+	PeerTrustGeneration int64 `json:"peerTrustGeneration,omitempty"`
 
 	// ClientRevocationList is true once the revocation list of the application client
 	// certificates (Secret <name>-crl, spec.tls.client.certificates) exists: from then on the

@@ -314,6 +314,15 @@ const (
 	// generation of the trust bundle. It rises when the bundle changes in a way etcd only
 	// reads at start (a CA added or dropped), so the members restart onto it one at a time.
 	AnnotationTrustGeneration = "etcdpilot.io/trust-generation"
+	// AnnotationPeerTrustGeneration is AnnotationTrustGeneration's counterpart for the peer
+	// side's own CA (PeerCASecretName) on the members' pod template: present once that CA's
+	// bundle has changed (a rotation). On the CA Secret itself the generation is
+	// AnnotationTrustGeneration, as on every CA Secret.
+	AnnotationPeerTrustGeneration = "etcdpilot.io/peer-trust-generation"
+	// AnnotationCASigns is on a CA Secret the operator created for one side only: "client"
+	// (CASecretName, when the peer side has its own CA) or "peer" (PeerCASecretName). A CA
+	// Secret without it (created before the peer side had a CA of its own) signs both.
+	AnnotationCASigns = "etcdpilot.io/ca-signs"
 	// AnnotationRotationRequest is on the CA Secret: the value of AnnotationRotateCA whose
 	// rotation it started.
 	AnnotationRotationRequest = "etcdpilot.io/rotation-request"

@@ -5,17 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	authplan "github.com/etcd-pilot/etcd-pilot/internal/plan/auth"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 )
 
@@ -45,23 +45,38 @@ func (x *Executor) authExec(ctx context.Context, c *v1alpha1.EtcdCluster, t rend
 	return fmt.Errorf("unknown authentication step %s", a.Kind)
 }
 
-// adoptOperatorUser records on c (AnnotationOperatorUser) that the operator's client
-// certificate takes the cluster's own common name from now on: a merge patch of that one
-// annotation, so nothing else of the user's object is written.
-func (x *Executor) adoptOperatorUser(ctx context.Context, c *v1alpha1.EtcdCluster) error {
-	live := &v1alpha1.EtcdCluster{}
-	live.Namespace, live.Name = c.Namespace, c.Name
-	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationOperatorUser, v1alpha1.OperatorUserPerCluster)))
-	if err := x.Client.Patch(ctx, live, patch); err != nil {
-		return fmt.Errorf("failed to record the operator's new user on EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+// adoptOperatorUser issues the operator's client certificate (Operator source) again, with
+// the cluster's own common name: from then on the certificate's name is kept
+// (render.KeepOperatorCommonName), so the certificate itself records the move. It reads the
+// CA and the certificate's Secret past the cache and writes only if that Secret is unchanged
+// since.
+func (x *Executor) adoptOperatorUser(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, user string) error {
+	name := v1alpha1.OperatorTLSSecretName(c.Name)
+	var leaf *certificates.Leaf
+	for _, w := range render.OperatorCertificates(c, t, render.SeparatePeerCA) {
+		for i := range w.Leaves {
+			if w.Leaves[i].Secret == name {
+				leaf = &w.Leaves[i]
+			}
+		}
 	}
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
+	if leaf == nil {
+		return fmt.Errorf("the operator does not issue its own client certificate for %s/%s (the client side's source is not Operator)", c.Namespace, c.Name)
 	}
-	c.Annotations[v1alpha1.AnnotationOperatorUser] = v1alpha1.OperatorUserPerCluster
-	x.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.ReasonRenamingOperatorUser, string(plan.AdoptOperatorUser),
-		"The operator's client certificate takes the cluster's own common name %s from the next pass", render.PerClusterOperatorCommonName(c))
-	return nil
+	leaf.Request.CommonName = user
+	observed := map[string]certificates.Material{}
+	for _, n := range []string{v1alpha1.CASecretName(c.Name), name} {
+		m, ok, err := observe.ReadTLSSecret(ctx, x.APIReader, c.Namespace, n)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("Secret %s/%s is missing", c.Namespace, n)
+		}
+		observed[n] = m
+	}
+	want := certificates.Want{CASecret: v1alpha1.CASecretName(c.Name)}
+	return x.issue(ctx, c, want, certificates.Step{Kind: certificates.IssueLeaf, Secret: name, Leaf: *leaf, Reason: v1alpha1.ReasonRenamingOperatorUser}, observed, time.Now())
 }
 
 // RootPassword returns the root user's password from its Secret, creating the Secret with a

@@ -39,7 +39,8 @@ func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 		if err != nil {
 			return err
 		}
-		m = certificates.Material{Cert: ca.Cert, Key: ca.Key, CA: ca.Cert}
+		// The rotation request standing now is not one for this CA: it would rotate it at once.
+		m = certificates.Material{Cert: ca.Cert, Key: ca.Key, CA: ca.Cert, Signs: want.CASigns, RotationRequest: want.RotationRequest}
 	case certificates.IssueLeaf:
 		caMat, ok := observed[want.CASecret]
 		if !ok {
@@ -136,6 +137,12 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 			sec.Annotations[v1alpha1.AnnotationRotationRequest] = m.RotationRequest
 		}
 	}
+	if m.Signs != "" {
+		if sec.Annotations == nil {
+			sec.Annotations = map[string]string{}
+		}
+		sec.Annotations[v1alpha1.AnnotationCASigns] = m.Signs
+	}
 	if m.ResourceVersion == "" {
 		// A Secret this pass did not see: create it, never overwrite one (a CA that exists
 		// after all must not be replaced).
@@ -166,7 +173,7 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 	for k, v := range sec.Labels {
 		cur.Labels[k] = v
 	}
-	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials, v1alpha1.AnnotationRevoked} {
+	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials, v1alpha1.AnnotationRevoked, v1alpha1.AnnotationCASigns} {
 		delete(cur.Annotations, k)
 	}
 	for k, v := range sec.Annotations {

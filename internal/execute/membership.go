@@ -242,7 +242,7 @@ func (x *Executor) ExecuteMembership(ctx context.Context, c *v1alpha1.EtcdCluste
 	case plan.EnsureRootUser, plan.RemoveUser, plan.EnableAuth, plan.DisableAuth:
 		err = x.authExec(ctx, c, t, mo.Etcd, a)
 	case plan.AdoptOperatorUser:
-		err = x.adoptOperatorUser(ctx, c)
+		err = x.adoptOperatorUser(ctx, c, t, a.User)
 	case plan.AddLearner:
 		// The intent with the time of the add is stored first, so it is never later than the
 		// add (a failed store leaves etcd untouched, and the next pass tries again).

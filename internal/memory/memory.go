@@ -10,7 +10,8 @@
 //     etcd, never from the spec.
 //   - Restore is the restore record; only the executor writes it (internal/execute), before
 //     each step it takes.
-//   - TrustGeneration and CARotation are read from the CA Secret the operator keeps, which
+//   - TrustGeneration, PeerTrustGeneration and CARotation are read from the CA Secrets the
+//     operator keeps, which
 //     only the executor writes; the pass records them in status after the certificates step.
 //     ClientRevocationList is recorded too, but a pass reads it from the list's Secret.
 //   - AuthEnabled is what etcd last answered of its authentication, recorded by status.Set.
@@ -42,6 +43,9 @@ type Memory struct {
 	// TrustGeneration is the generation of the CA trust bundle the members' pod template
 	// carries (0 without a CA the operator keeps).
 	TrustGeneration int64
+	// PeerTrustGeneration is the same for the peer side's own CA (0 without one, or before
+	// its first rotation).
+	PeerTrustGeneration int64
 	// CARotation says where a CA rotation stands ("" when none runs).
 	CARotation string
 	// ClientRevocationList is whether the revocation list of the application client
@@ -70,6 +74,7 @@ func Of(c *v1alpha1.EtcdCluster) Memory {
 		Running:              versions.Running{ClusterVersion: s.ClusterVersion, Lowest: s.CurrentVersion, LegacyLog: s.LegacyLogIndex != 0},
 		LegacyLogIndex:       s.LegacyLogIndex,
 		TrustGeneration:      s.TrustGeneration,
+		PeerTrustGeneration:  s.PeerTrustGeneration,
 		CARotation:           s.CARotation,
 		ClientRevocationList: s.ClientRevocationList,
 		ExtraKinds:           append([]string(nil), s.ExtraKinds...),

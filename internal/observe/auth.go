@@ -70,9 +70,10 @@ func Auth(ctx context.Context, dial etcd.Dialer, timeout time.Duration, c *v1alp
 
 // OperatorUserNames are the names the operator's user may have in c's etcd: the one every
 // cluster created before secure defaults shares, and c's own; perCluster is "" when the
-// operator does not name its certificate (the client side's source is Secret).
+// operator does not issue its certificate itself (the client side's source is not Operator:
+// cert-manager's Certificate, or the user's Secret, names it).
 func OperatorUserNames(c *v1alpha1.EtcdCluster) (legacy, perCluster string) {
-	if t := c.Spec.TLS; t == nil || t.Client == nil || t.Client.Source == v1alpha1.TLSSourceSecret {
+	if t := c.Spec.TLS; t == nil || t.Client == nil || render.SourceOf(t.Client.Source) != v1alpha1.TLSSourceOperator {
 		return render.LegacyOperatorCommonName, ""
 	}
 	return render.LegacyOperatorCommonName, render.PerClusterOperatorCommonName(c)

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -76,7 +77,7 @@ func ReadTLSSecret(ctx context.Context, rd client.Reader, namespace, name string
 	}
 	m := certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey],
 		NextCert: s.Data[certs.NextCertKey], NextKey: s.Data[certs.NextKeyKey], RotationRequest: s.Annotations[v1alpha1.AnnotationRotationRequest],
-		Issued: s.Annotations[v1alpha1.AnnotationIssuedSerials], ResourceVersion: s.ResourceVersion}
+		Issued: s.Annotations[v1alpha1.AnnotationIssuedSerials], Signs: s.Annotations[v1alpha1.AnnotationCASigns], ResourceVersion: s.ResourceVersion}
 	m.Generation, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
 	return m, true, nil
 }
@@ -197,17 +198,23 @@ func tlsConfigFrom(namespace, name string, cert, key, bundle []byte, now time.Ti
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, leaf, nil
 }
 
-// MembersGeneration is the trust generation every member pod runs with: each of the spec's
-// ordinals has a ready pod whose template annotation names the same generation (a pod read
-// the Secret's bundle when it started, after the bundle of that generation was written).
-// -1 when a pod is missing, not ready, or they differ.
-func MembersGeneration(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) (int64, error) {
+// Generations are the trust generations a member pod runs with, by CA Secret name: its pod
+// template's AnnotationTrustGeneration for CASecretName, AnnotationPeerTrustGeneration for
+// PeerCASecretName (0 when absent).
+type Generations map[string]int64
+
+// MembersGeneration is the trust generations every member pod runs with: each of the spec's
+// ordinals has a ready pod whose template annotations name the same generations (a pod read
+// the Secrets' bundles when it started, after the bundles of those generations were written).
+// ok is false when a pod is missing, not ready, or they differ.
+func MembersGeneration(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCluster, t render.Topology) (Generations, bool, error) {
 	pods := &corev1.PodList{}
 	if err := kc.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
-		return -1, fmt.Errorf("failed to list member pods: %w", err)
+		return nil, false, fmt.Errorf("failed to list member pods: %w", err)
 	}
 	want := render.SpecReplicas(c)
-	gen, seen := int64(-1), int32(0)
+	var gens Generations
+	seen := int32(0)
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		k, ok := plan.Ordinal(t.StatefulSet, p.Name)
@@ -217,19 +224,21 @@ func MembersGeneration(ctx context.Context, kc client.Reader, c *v1alpha1.EtcdCl
 		var st plan.Pod
 		plan.PodState(&st, p)
 		if p.DeletionTimestamp != nil || !st.Ready {
-			return -1, nil
+			return nil, false, nil
 		}
-		g, _ := strconv.ParseInt(p.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
-		if gen != -1 && g != gen {
-			return -1, nil
+		g := Generations{}
+		g[v1alpha1.CASecretName(c.Name)], _ = strconv.ParseInt(p.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
+		g[v1alpha1.PeerCASecretName(c.Name)], _ = strconv.ParseInt(p.Annotations[v1alpha1.AnnotationPeerTrustGeneration], 10, 64)
+		if gens != nil && !maps.Equal(g, gens) {
+			return nil, false, nil
 		}
-		gen = g
+		gens = g
 		seen++
 	}
 	if seen != want {
-		return -1, nil
+		return nil, false, nil
 	}
-	return gen, nil
+	return gens, true, nil
 }
 
 // ServedByCurrentCA reads, in a TLS handshake with every member's ports whose certificates

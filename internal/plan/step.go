@@ -49,10 +49,10 @@ const (
 	// from its Secret; the operator's user without a password: it authenticates by its client
 	// certificate's common name) and grant it the root role.
 	EnsureRootUser Kind = "EnsureRootUser"
-	// AdoptOperatorUser: record (AnnotationOperatorUser) that the operator's client
-	// certificate takes the cluster's own common name from now on; the certificates step
-	// issues it on the next pass. The planner asks for it only once that user has the root
-	// role in etcd, or authentication is off.
+	// AdoptOperatorUser: issue the operator's client certificate (Operator source) again with
+	// the common name User, the cluster's own; the certificate keeps that name from then on.
+	// The planner asks for it only once that user has the root role in etcd, or
+	// authentication is off; the gate checks the same in this pass's reading.
 	AdoptOperatorUser Kind = "AdoptOperatorUser"
 	// RemoveUser: delete the etcd user User (the operator's former one); a user that does not
 	// exist is success.

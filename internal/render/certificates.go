@@ -63,6 +63,8 @@ func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology, layout CALayout) 
 	peer := certificates.Want{CASecret: v1alpha1.PeerCASecretName(c.Name), CACommonName: PeerCACommonName(c), CAValidity: caValidity, RenewBefore: renewBefore}
 	if layout == SharedCA {
 		peer = client
+	} else {
+		client.CASigns, peer.CASigns = CASignsClient, CASignsPeer
 	}
 	if p := spec.Peer; p != nil && SourceOf(p.Source) == v1alpha1.TLSSourceOperator {
 		peer.Leaves = append(peer.Leaves, leavesOf(c, t, sidePeer)...)
@@ -87,19 +89,34 @@ func OperatorCertificates(c *v1alpha1.EtcdCluster, t Topology, layout CALayout) 
 	return out
 }
 
-// CALayoutOf decides the layout of c's CAs from what exists: peerCA is whether the peer CA's
-// Secret exists, peerIssuer the issuer's common name of the peer certificate in its Secret
-// ("" when there is none, or it cannot be read), and peerMounted whether a member or the pod
-// template mounts the peer certificate's Secret. A cluster keeps the layout its members run
-// with: the peer CA exists, or the peer certificate names it as issuer, or, with neither,
-// no member runs with peer TLS yet, and the peer side gets its own CA; else (a peer
-// certificate from the one CA, or members that mount a peer Secret that is gone) it keeps
-// SharedCA.
-func CALayoutOf(c *v1alpha1.EtcdCluster, peerCA bool, peerIssuer string, peerMounted bool) CALayout {
+// AnnotationCASigns' values on the CAs of SeparatePeerCA.
+const (
+	CASignsClient = "client"
+	CASignsPeer   = "peer"
+)
+
+// CALayoutOf decides the layout of c's CAs from what exists, read in one pass through one
+// reader: peerCA is whether the peer CA's Secret exists, peerIssuer the issuer's common name
+// of the peer certificate in its Secret ("" when there is none, or it cannot be read),
+// clientCASigns the AnnotationCASigns of the client side's CA Secret ("" when it has none or
+// does not exist), and peerMounted whether a member or the pod template mounts the peer
+// certificate's Secret. A cluster keeps the layout its members run with:
+//
+//   - SeparatePeerCA when the peer CA exists, the peer certificate names it as issuer, or the
+//     client side's CA was created as the client side's only (then a missing peer CA is a
+//     problem to report, never a reason to sign peers with the client side's CA);
+//   - SharedCA when the peer certificate is another CA's (the one CA's, from before), or,
+//     with none of that, members mount a peer Secret that is gone;
+//   - SeparatePeerCA otherwise: no member runs with peer TLS yet.
+func CALayoutOf(c *v1alpha1.EtcdCluster, peerCA bool, peerIssuer, clientCASigns string, peerMounted bool) CALayout {
 	switch {
 	case peerCA || peerIssuer == PeerCACommonName(c):
 		return SeparatePeerCA
-	case peerIssuer != "" || peerMounted:
+	case peerIssuer != "":
+		return SharedCA
+	case clientCASigns == CASignsClient:
+		return SeparatePeerCA
+	case peerMounted:
 		return SharedCA
 	}
 	return SeparatePeerCA
@@ -176,17 +193,35 @@ func leavesOf(c *v1alpha1.EtcdCluster, t Topology, s side) []certificates.Leaf {
 // cert-manager ClusterIssuer) one cluster's operator certificate was root on another's etcd.
 const LegacyOperatorCommonName = "etcd-pilot"
 
-// OperatorCommonName is the subject common name of the client certificate the operator
+// OperatorCommonName is the subject common name of a new client certificate the operator
 // presents for c; etcd takes it as the user name when authentication is on. A cluster created
-// under secure defaults gets its own from the start (PerClusterOperatorCommonName); so does a
-// cluster created before once the operator has moved it there (AnnotationOperatorUser, see
-// internal/plan/auth). Until then it keeps LegacyOperatorCommonName: its etcd may know that
-// user only.
+// under secure defaults gets its own from the start (PerClusterOperatorCommonName); a cluster
+// created before gets LegacyOperatorCommonName: its etcd may know that user only.
+//
+// Once the operator has a certificate, its name is kept (see KeepOperatorCommonName), whatever
+// the annotations say: only the authentication planner moves it to the cluster's own name
+// (plan.AdoptOperatorUser), after etcd reported that user as root.
 func OperatorCommonName(c *v1alpha1.EtcdCluster) string {
-	if !values.SecureDefaults(c) && c.Annotations[v1alpha1.AnnotationOperatorUser] != v1alpha1.OperatorUserPerCluster {
+	if !values.SecureDefaults(c) {
 		return LegacyOperatorCommonName
 	}
 	return PerClusterOperatorCommonName(c)
+}
+
+// KeepOperatorCommonName sets the common name of the operator's certificate among leaves
+// (Operator source) to current's, the one it has now, when that is one of the names the
+// operator gives (the legacy or the cluster's own): a name change would leave the operator
+// without a user in an etcd that knows only the current one. current is "" without a
+// certificate.
+func KeepOperatorCommonName(c *v1alpha1.EtcdCluster, leaves []certificates.Leaf, current string) {
+	if current != LegacyOperatorCommonName && current != PerClusterOperatorCommonName(c) {
+		return
+	}
+	for i := range leaves {
+		if leaves[i].Secret == v1alpha1.OperatorTLSSecretName(c.Name) {
+			leaves[i].Request.CommonName = current
+		}
+	}
 }
 
 // PerClusterOperatorCommonName is the operator's common name of c's own:

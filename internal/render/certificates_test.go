@@ -243,6 +243,9 @@ func TestPeerSideHasACAOfItsOwn(t *testing.T) {
 	if got := secretsOf(sep[1]); !slices.Equal(got, []string{"etcd-peer-tls"}) {
 		t.Errorf("the peer CA signs %v, want the peer certificate only", got)
 	}
+	if sep[0].CASigns != CASignsClient || sep[1].CASigns != CASignsPeer || shared0Signs(c, topo) != "" {
+		t.Errorf("CA Secrets record %q and %q (shared %q): a new CA must say which side it signs for", sep[0].CASigns, sep[1].CASigns, shared0Signs(c, topo))
+	}
 	if sep[0].CACommonName == sep[1].CACommonName || sep[1].CACommonName != PeerCACommonName(c) {
 		t.Errorf("CA names %q and %q: the peer certificate's issuer must tell which CA signed it", sep[0].CACommonName, sep[1].CACommonName)
 	}
@@ -271,18 +274,24 @@ func TestPeerSideHasACAOfItsOwn(t *testing.T) {
 		name    string
 		peerCA  bool
 		issuer  string
+		signs   string
 		mounted bool
 		want    CALayout
 	}{
 		{name: "a new cluster", want: SeparatePeerCA},
+		{name: "both peer Secrets lost, the client side's CA signs for it only", signs: CASignsClient, mounted: true, want: SeparatePeerCA},
 		{name: "the peer CA exists", peerCA: true, issuer: CACommonName(c), mounted: true, want: SeparatePeerCA},
 		{name: "the peer CA's Secret lost, its certificate names it", issuer: PeerCACommonName(c), mounted: true, want: SeparatePeerCA},
 		{name: "peer certificates from the one CA", issuer: CACommonName(c), mounted: true, want: SharedCA},
 		{name: "peer certificates from the one CA, not mounted yet", issuer: CACommonName(c), want: SharedCA},
 		{name: "members mount a peer Secret that is gone", mounted: true, want: SharedCA},
 	} {
-		if got := CALayoutOf(c, tc.peerCA, tc.issuer, tc.mounted); got != tc.want {
+		if got := CALayoutOf(c, tc.peerCA, tc.issuer, tc.signs, tc.mounted); got != tc.want {
 			t.Errorf("%s: layout %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+func shared0Signs(c *v1alpha1.EtcdCluster, t Topology) string {
+	return OperatorCertificates(c, t, SharedCA)[0].CASigns
 }

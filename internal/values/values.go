@@ -222,14 +222,20 @@ func TypedAt(c *v1alpha1.EtcdCluster, op Operator, m memory.Memory, p Phase) (ch
 	}
 	v.TLS = tv
 	v.NetworkPolicy = networkPolicyValues(c, op)
-	if g := m.TrustGeneration; g > 0 && v.TLS != nil {
-		// The members read the CA bundle at start only: a new bundle generation changes the
-		// pod template, so the rollout restarts them onto it one at a time.
-		ann := make(map[string]string, len(v.PodAnnotations)+1)
+	if (m.TrustGeneration > 0 || m.PeerTrustGeneration > 0) && v.TLS != nil {
+		// The members read the CA bundles at start only: a new bundle generation changes the
+		// pod template, so the rollout restarts them onto it one at a time. Each CA has its
+		// own annotation (a sum could stand still while one rises and the other falls).
+		ann := make(map[string]string, len(v.PodAnnotations)+2)
 		for k, val := range v.PodAnnotations {
 			ann[k] = val
 		}
-		ann[v1alpha1.AnnotationTrustGeneration] = fmt.Sprint(g)
+		if g := m.TrustGeneration; g > 0 {
+			ann[v1alpha1.AnnotationTrustGeneration] = fmt.Sprint(g)
+		}
+		if g := m.PeerTrustGeneration; g > 0 {
+			ann[v1alpha1.AnnotationPeerTrustGeneration] = fmt.Sprint(g)
+		}
 		v.PodAnnotations = ann
 	}
 	return v, nil

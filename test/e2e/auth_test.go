@@ -140,9 +140,6 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 		if d := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonAuthLockedOut {
 			lockedOut = d.Message
 		}
-		if cur.Annotations[v1alpha1.AnnotationOperatorUser] != v1alpha1.OperatorUserPerCluster {
-			return fmt.Errorf("annotations %v", cur.Annotations)
-		}
 		s := &corev1.Secret{}
 		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: v1alpha1.OperatorTLSSecretName("etcd")}, s); err != nil {
 			return err

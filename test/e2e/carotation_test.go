@@ -181,11 +181,10 @@ func operatorCAs(t testing.TB, ns string) map[string][]byte {
 
 // waitCARotated waits until the rotation of the CAs in old (tls.crt by Secret name) has
 // finished: each CA Secret holds a new CA alone at trust generation 2, status says no
-// rotation runs, and every member pod is ready on the sum of the generations (the members
-// restart when either bundle changes).
+// rotation runs and records generation 2 for each, and every member pod is ready on
+// generation 2 of each (one pod-template annotation per CA).
 func waitCARotated(t testing.TB, ns string, old map[string][]byte) {
 	t.Helper()
-	sum := fmt.Sprint(2 * len(old))
 	eventually(t, 5*time.Minute, "the CA rotation to finish", func() error {
 		for name, oldCA := range old {
 			sec := getSecret(t, ns, name)
@@ -195,16 +194,28 @@ func waitCARotated(t testing.TB, ns string, old map[string][]byte) {
 		}
 		c := getCluster(t, ns)
 		p := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
-		if c.Status.CARotation != "" || p == nil || p.Status != metav1.ConditionFalse || fmt.Sprint(c.Status.TrustGeneration) != sum {
-			return fmt.Errorf("status: rotation %q, trust generation %d, progressing %+v", c.Status.CARotation, c.Status.TrustGeneration, p)
+		status := map[string]int64{v1alpha1.CASecretName("etcd"): c.Status.TrustGeneration, v1alpha1.PeerCASecretName("etcd"): c.Status.PeerTrustGeneration}
+		podKey := map[string]string{v1alpha1.CASecretName("etcd"): v1alpha1.AnnotationTrustGeneration, v1alpha1.PeerCASecretName("etcd"): v1alpha1.AnnotationPeerTrustGeneration}
+		if c.Status.CARotation != "" || p == nil || p.Status != metav1.ConditionFalse {
+			return fmt.Errorf("status: rotation %q, progressing %+v", c.Status.CARotation, p)
+		}
+		for name := range old {
+			if status[name] != 2 {
+				return fmt.Errorf("status: trust generation of %s is %d", name, status[name])
+			}
 		}
 		pods := &corev1.PodList{}
 		if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "etcd"}); err != nil {
 			return err
 		}
 		for _, p := range pods.Items {
-			if p.Annotations[v1alpha1.AnnotationTrustGeneration] != sum || !podReady(&p) {
-				return fmt.Errorf("pod %s on trust generation %q, ready %v", p.Name, p.Annotations[v1alpha1.AnnotationTrustGeneration], podReady(&p))
+			if !podReady(&p) {
+				return fmt.Errorf("pod %s not ready", p.Name)
+			}
+			for name := range old {
+				if got := p.Annotations[podKey[name]]; got != "2" {
+					return fmt.Errorf("pod %s on generation %q of %s", p.Name, got, name)
+				}
 			}
 		}
 		return nil

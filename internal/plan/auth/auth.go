@@ -28,8 +28,8 @@ type Observation struct {
 	// LegacyUser is the common name every operator certificate of a cluster created before
 	// secure defaults shares (render.LegacyOperatorCommonName), and PerClusterUser this
 	// cluster's own (render.PerClusterOperatorCommonName). PerClusterUser is "" when the
-	// operator does not name its certificate (the client side's source is Secret): then it
-	// renames nothing.
+	// operator does not issue its certificate itself (the client side's source is not
+	// Operator): then it renames nothing.
 	LegacyUser, PerClusterUser string
 }
 
@@ -55,9 +55,9 @@ func Users(o Observation) []string {
 // Then the operator's user moves to the cluster's own name, when it is still the one every
 // cluster from before secure defaults shares (another such cluster's operator certificate
 // from the same CA, a shared ClusterIssuer, would be root here): the new user with the root
-// role first, while the operator is still root as the old one; then the record that the
-// certificate takes the new name (issued on the next pass); then, once the operator presents
-// it, the old user is removed. With authentication off no user is needed for the move.
+// role first, while the operator is still root as the old one; then its certificate issued
+// again with the new name, which it keeps from then on; then, once the operator presents it,
+// the old user is removed. With authentication off no user is needed for the move.
 func Decide(o Observation) plan.Step {
 	if !o.Enabled {
 		if o.State.Enabled {
@@ -102,7 +102,7 @@ func rename(o Observation) plan.Step {
 				Message: fmt.Sprintf("creating etcd user %s with the root role: the operator's client certificate takes this cluster's own name next, instead of %s, which the operator certificate of every cluster created before secure defaults names", o.PerClusterUser, o.LegacyUser)}
 		}
 		return plan.Step{Kind: plan.AdoptOperatorUser, User: o.PerClusterUser, Reason: v1alpha1.ReasonRenamingOperatorUser,
-			Message: fmt.Sprintf("the operator's client certificate takes this cluster's own name %s from the next pass", o.PerClusterUser)}
+			Message: fmt.Sprintf("issuing the operator's client certificate with this cluster's own name %s", o.PerClusterUser)}
 	case o.PerClusterUser:
 		if _, ok := o.State.Roles[o.LegacyUser]; ok {
 			return plan.Step{Kind: plan.RemoveUser, User: o.LegacyUser, Reason: v1alpha1.ReasonRenamingOperatorUser,

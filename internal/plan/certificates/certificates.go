@@ -37,6 +37,9 @@ type Material struct {
 	NextCert, NextKey []byte
 	Generation        int64
 	RotationRequest   string
+	// Signs is which side a CA signs for when it signs for one only ("client" or "peer",
+	// AnnotationCASigns); "" for a CA of both sides.
+	Signs string
 	// Issued (an application certificate's Secret) lists the certificates issued into it
 	// before the current one that have not expired, as "serial/unix expiry" joined by
 	// commas.
@@ -63,6 +66,8 @@ type Want struct {
 	CACommonName string
 	// CAValidity is a new CA's lifetime.
 	CAValidity time.Duration
+	// CASigns is recorded on a new CA (Material.Signs).
+	CASigns string
 	Leaves     []Leaf
 	// RenewBefore renews a leaf this long before it expires; 0 renews at two thirds of its
 	// lifetime.
