@@ -68,7 +68,7 @@ type Want struct {
 	CAValidity time.Duration
 	// CASigns is recorded on a new CA (Material.Signs).
 	CASigns string
-	Leaves     []Leaf
+	Leaves  []Leaf
 	// RenewBefore renews a leaf this long before it expires; 0 renews at two thirds of its
 	// lifetime.
 	RenewBefore time.Duration
