@@ -295,3 +295,31 @@ func TestPeerSideHasACAOfItsOwn(t *testing.T) {
 func shared0Signs(c *v1alpha1.EtcdCluster, t Topology) string {
 	return OperatorCertificates(c, t, SharedCA)[0].CASigns
 }
+
+// TestOperatorKeepsTheNameOfItsCertificate: the operator's certificate keeps the common name
+// it has when it is one the operator gives (legacy or the cluster's own), whatever the
+// cluster's annotations say now: a changed name would leave the operator without a user in
+// an etcd that knows only the current one. A name it does not give is replaced.
+func TestOperatorKeepsTheNameOfItsCertificate(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "team-a",
+		Annotations: map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}},
+		Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}}}
+	own := PerClusterOperatorCommonName(c)
+	for _, tc := range []struct{ current, want string }{
+		{"", own},
+		{LegacyOperatorCommonName, LegacyOperatorCommonName},
+		{own, own},
+		{"someone", own},
+	} {
+		w := OperatorCertificates(c, TopologyOf(c, nil), SeparatePeerCA)[0]
+		KeepOperatorCommonName(c, w.Leaves, tc.current)
+		for _, l := range w.Leaves {
+			if l.Secret == v1alpha1.OperatorTLSSecretName(c.Name) && l.Request.CommonName != tc.want {
+				t.Errorf("current %q: the operator's certificate is asked as %q, want %q", tc.current, l.Request.CommonName, tc.want)
+			}
+			if l.Secret == v1alpha1.ServerTLSSecretName(c.Name) && l.Request.CommonName != "etcd-server" {
+				t.Errorf("the server certificate was renamed to %q", l.Request.CommonName)
+			}
+		}
+	}
+}
