@@ -37,6 +37,20 @@ func (r *EtcdClusterReconciler) reconcileCertManager(ctx context.Context, c *v1a
 	if err := observe.CertificateKindKnown(r.Client.RESTMapper()); err != nil {
 		return nil, nil, err
 	}
+	// The operator's certificate keeps the user the operator moved to, when it did, also
+	// when the client side moved from source Operator (the CA Secret records it).
+	if ca, ok, err := observe.ReadTLSSecret(ctx, r.Client, c.Namespace, v1alpha1.CASecretName(c.Name)); err != nil {
+		return nil, nil, err
+	} else if ok && ca.OperatorUser != "" {
+		plain := make([]certificates.Leaf, len(leaves))
+		for i := range leaves {
+			plain[i] = leaves[i].Leaf
+		}
+		render.KeepOperatorCommonName(c, plain, "", ca.OperatorUser)
+		for i := range leaves {
+			leaves[i].Leaf = plain[i]
+		}
+	}
 	// A cluster created before the rule (no secure-defaults marker) keeps its issuer: refusing
 	// it would stop its management after an operator upgrade.
 	if p := render.ClusterIssuerProblem(leaves, r.Operator.AllowClusterIssuers || !values.SecureDefaults(c)); p != "" {

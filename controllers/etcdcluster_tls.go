@@ -264,10 +264,12 @@ func (r *EtcdClusterReconciler) planCertificates(ctx context.Context, rd client.
 	}
 	// The operator's certificate keeps the name it has: only the authentication planner
 	// moves it (after etcd reported the new user as root), by issuing it.
+	current := ""
 	if leaf, err := certs.Parse(observed[v1alpha1.OperatorTLSSecretName(c.Name)].Cert); err == nil {
-		for i := range wants {
-			render.KeepOperatorCommonName(c, wants[i].Leaves, leaf.Subject.CommonName)
-		}
+		current = leaf.Subject.CommonName
+	}
+	for i := range wants {
+		render.KeepOperatorCommonName(c, wants[i].Leaves, current, observed[v1alpha1.CASecretName(c.Name)].OperatorUser)
 	}
 	var revoked map[string]bool
 	if crl, err := observe.ReadCRL(ctx, rd, c); err == nil {

@@ -323,6 +323,11 @@ const (
 	// (CASecretName, when the peer side has its own CA) or "peer" (PeerCASecretName). A CA
 	// Secret without it (created before the peer side had a CA of its own) signs both.
 	AnnotationCASigns = "etcdpilot.io/ca-signs"
+	// AnnotationOperatorUser is on the client side's CA Secret once the operator of a cluster
+	// created before secure defaults has moved to the cluster's own etcd user: that user's
+	// name, which the operator's certificate keeps even when its Secret is lost or the client
+	// side's source changes.
+	AnnotationOperatorUser = "etcdpilot.io/operator-user"
 	// AnnotationRotationRequest is on the CA Secret: the value of AnnotationRotateCA whose
 	// rotation it started.
 	AnnotationRotationRequest = "etcdpilot.io/rotation-request"

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
+	"github.com/etcd-pilot/etcd-pilot/internal/certs"
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
@@ -75,7 +76,23 @@ func (x *Executor) adoptOperatorUser(ctx context.Context, c *v1alpha1.EtcdCluste
 		}
 		observed[n] = m
 	}
-	want := certificates.Want{CASecret: v1alpha1.CASecretName(c.Name)}
+	if cur, err := certs.Parse(observed[name].Cert); err == nil && cur.Subject.CommonName == user {
+		// Done already (the pass read an older certificate from the cache).
+		return nil
+	}
+	// The name first on the CA Secret, so that a lost certificate Secret keeps it (see
+	// render.KeepOperatorCommonName); the certificate it records goes on to be kept by its
+	// own name.
+	caName := v1alpha1.CASecretName(c.Name)
+	if ca := observed[caName]; ca.OperatorUser != user {
+		ca.OperatorUser = user
+		if err := x.writeTLSSecret(ctx, c, caName, "", ca); err != nil {
+			return err
+		}
+		ca.ResourceVersion = ""
+		observed[caName] = ca
+	}
+	want := certificates.Want{CASecret: caName}
 	return x.issue(ctx, c, want, certificates.Step{Kind: certificates.IssueLeaf, Secret: name, Leaf: *leaf, Reason: v1alpha1.ReasonRenamingOperatorUser}, observed, time.Now())
 }
 

@@ -81,6 +81,9 @@ func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 		if want.RotationRequest != "" {
 			m.RotationRequest = want.RotationRequest
 		}
+	case certificates.MarkCA:
+		m = observed[want.CASecret]
+		m.Signs = want.CASigns
 	case certificates.SwitchCA:
 		cur := observed[want.CASecret]
 		m = cur
@@ -101,7 +104,7 @@ func (x *Executor) issue(ctx context.Context, c *v1alpha1.EtcdCluster, want cert
 	observed[s.Secret] = m
 	what := "Issued"
 	switch {
-	case s.Kind == certificates.StartCARotation || s.Kind == certificates.SwitchCA || s.Kind == certificates.DropOldCA:
+	case s.Kind == certificates.StartCARotation || s.Kind == certificates.SwitchCA || s.Kind == certificates.DropOldCA || s.Kind == certificates.MarkCA:
 		what = string(s.Kind)
 	case s.Reason != certificates.ReasonMissing:
 		what = "Renewed"
@@ -137,11 +140,14 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 			sec.Annotations[v1alpha1.AnnotationRotationRequest] = m.RotationRequest
 		}
 	}
-	if m.Signs != "" {
+	for k, v := range map[string]string{v1alpha1.AnnotationCASigns: m.Signs, v1alpha1.AnnotationOperatorUser: m.OperatorUser} {
+		if v == "" {
+			continue
+		}
 		if sec.Annotations == nil {
 			sec.Annotations = map[string]string{}
 		}
-		sec.Annotations[v1alpha1.AnnotationCASigns] = m.Signs
+		sec.Annotations[k] = v
 	}
 	if m.ResourceVersion == "" {
 		// A Secret this pass did not see: create it, never overwrite one (a CA that exists
@@ -173,7 +179,7 @@ func (x *Executor) writeTLSSecret(ctx context.Context, c *v1alpha1.EtcdCluster, 
 	for k, v := range sec.Labels {
 		cur.Labels[k] = v
 	}
-	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials, v1alpha1.AnnotationRevoked, v1alpha1.AnnotationCASigns} {
+	for _, k := range []string{v1alpha1.AnnotationTrustGeneration, v1alpha1.AnnotationRotationRequest, v1alpha1.AnnotationIssuedSerials, v1alpha1.AnnotationRevoked, v1alpha1.AnnotationCASigns, v1alpha1.AnnotationOperatorUser} {
 		delete(cur.Annotations, k)
 	}
 	for k, v := range sec.Annotations {

@@ -77,7 +77,8 @@ func ReadTLSSecret(ctx context.Context, rd client.Reader, namespace, name string
 	}
 	m := certificates.Material{Cert: s.Data[certs.CertKey], Key: s.Data[certs.KeyKey], CA: s.Data[certs.CAKey],
 		NextCert: s.Data[certs.NextCertKey], NextKey: s.Data[certs.NextKeyKey], RotationRequest: s.Annotations[v1alpha1.AnnotationRotationRequest],
-		Issued: s.Annotations[v1alpha1.AnnotationIssuedSerials], Signs: s.Annotations[v1alpha1.AnnotationCASigns], ResourceVersion: s.ResourceVersion}
+		Issued: s.Annotations[v1alpha1.AnnotationIssuedSerials], Signs: s.Annotations[v1alpha1.AnnotationCASigns],
+		OperatorUser: s.Annotations[v1alpha1.AnnotationOperatorUser], ResourceVersion: s.ResourceVersion}
 	m.Generation, _ = strconv.ParseInt(s.Annotations[v1alpha1.AnnotationTrustGeneration], 10, 64)
 	return m, true, nil
 }

@@ -208,14 +208,19 @@ func OperatorCommonName(c *v1alpha1.EtcdCluster) string {
 	return PerClusterOperatorCommonName(c)
 }
 
-// KeepOperatorCommonName sets the common name of the operator's certificate among leaves
-// (Operator source) to current's, the one it has now, when that is one of the names the
-// operator gives (the legacy or the cluster's own): a name change would leave the operator
-// without a user in an etcd that knows only the current one. current is "" without a
-// certificate.
-func KeepOperatorCommonName(c *v1alpha1.EtcdCluster, leaves []certificates.Leaf, current string) {
-	if current != LegacyOperatorCommonName && current != PerClusterOperatorCommonName(c) {
-		return
+// KeepOperatorCommonName sets the common name of the operator's certificate among leaves to
+// current's, the one it has now, when that is one of the names the operator gives (the legacy
+// or the cluster's own): a name change would leave the operator without a user in an etcd
+// that knows only the current one. current is "" without a certificate; then recorded, the
+// name the operator moved to (AnnotationOperatorUser on the client side's CA Secret, "" when
+// it did not), is kept.
+func KeepOperatorCommonName(c *v1alpha1.EtcdCluster, leaves []certificates.Leaf, current, recorded string) {
+	own := PerClusterOperatorCommonName(c)
+	if current != LegacyOperatorCommonName && current != own {
+		if recorded != own {
+			return
+		}
+		current = recorded
 	}
 	for i := range leaves {
 		if leaves[i].Secret == v1alpha1.OperatorTLSSecretName(c.Name) {

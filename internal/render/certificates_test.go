@@ -305,17 +305,28 @@ func TestOperatorKeepsTheNameOfItsCertificate(t *testing.T) {
 		Annotations: map[string]string{v1alpha1.AnnotationDefaults: v1alpha1.DefaultsSecure}},
 		Spec: v1alpha1.EtcdClusterSpec{TLS: &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{}}}}
 	own := PerClusterOperatorCommonName(c)
-	for _, tc := range []struct{ current, want string }{
-		{"", own},
-		{LegacyOperatorCommonName, LegacyOperatorCommonName},
-		{own, own},
-		{"someone", own},
+	legacy := c.DeepCopy()
+	legacy.Annotations = nil
+	for _, tc := range []struct {
+		c                       *v1alpha1.EtcdCluster
+		current, recorded, want string
+	}{
+		{c, "", "", own},
+		{c, LegacyOperatorCommonName, "", LegacyOperatorCommonName},
+		{c, own, "", own},
+		{c, "someone", "", own},
+		// A cluster from before: its own name once the operator moved to it, even when the
+		// certificate's Secret is lost (the CA Secret records the move).
+		{legacy, "", "", LegacyOperatorCommonName},
+		{legacy, "", own, own},
+		{legacy, LegacyOperatorCommonName, own, LegacyOperatorCommonName},
 	} {
+		c := tc.c
 		w := OperatorCertificates(c, TopologyOf(c, nil), SeparatePeerCA)[0]
-		KeepOperatorCommonName(c, w.Leaves, tc.current)
+		KeepOperatorCommonName(c, w.Leaves, tc.current, tc.recorded)
 		for _, l := range w.Leaves {
 			if l.Secret == v1alpha1.OperatorTLSSecretName(c.Name) && l.Request.CommonName != tc.want {
-				t.Errorf("current %q: the operator's certificate is asked as %q, want %q", tc.current, l.Request.CommonName, tc.want)
+				t.Errorf("current %q, recorded %q: the operator's certificate is asked as %q, want %q", tc.current, tc.recorded, l.Request.CommonName, tc.want)
 			}
 			if l.Secret == v1alpha1.ServerTLSSecretName(c.Name) && l.Request.CommonName != "etcd-server" {
 				t.Errorf("the server certificate was renamed to %q", l.Request.CommonName)

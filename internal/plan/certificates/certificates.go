@@ -26,6 +26,7 @@ const (
 	ReasonDue           = "DueForRenewal"
 	ReasonBundleChanged = "TrustBundleChanged"
 	ReasonRevoked       = "Revoked"
+	ReasonUnmarked      = "SidesNotRecorded"
 )
 
 // Material is what a Secret holds, by key: tls.crt, tls.key and ca.crt. The CA Secret also
@@ -40,6 +41,10 @@ type Material struct {
 	// Signs is which side a CA signs for when it signs for one only ("client" or "peer",
 	// AnnotationCASigns); "" for a CA of both sides.
 	Signs string
+	// OperatorUser (on the client side's CA Secret) is the common name the operator's
+	// certificate took when the operator moved to the cluster's own etcd user: kept when that
+	// certificate's Secret is lost.
+	OperatorUser string
 	// Issued (an application certificate's Secret) lists the certificates issued into it
 	// before the current one that have not expired, as "serial/unix expiry" joined by
 	// commas.
@@ -106,6 +111,9 @@ type Kind string
 const (
 	// CreateCA: create the CA Secret (it is missing).
 	CreateCA Kind = "CreateCA"
+	// MarkCA: record on the CA Secret which side it signs for (Want.CASigns), on a CA created
+	// before CAs recorded it: a lost peer CA is then reported, never replaced by this one.
+	MarkCA Kind = "MarkCA"
 	// IssueLeaf: sign Leaf with the CA and write it, with the CA's trust bundle, to its Secret.
 	IssueLeaf Kind = "IssueLeaf"
 	// StartCARotation: create the next CA and trust both (bundle old + new, generation + 1);
@@ -187,6 +195,9 @@ func Plan(w Want, observed map[string]Material, now time.Time) ([]Step, []Expiry
 	}
 	expiries := []Expiry{{Secret: w.CASecret, NotAfter: ca.NotAfter}}
 	var steps []Step
+	if w.CASigns != "" && caMat.Signs == "" {
+		steps = append(steps, Step{Kind: MarkCA, Secret: w.CASecret, Reason: ReasonUnmarked})
+	}
 	for _, l := range w.Leaves {
 		reason, leaf := leafState(l, observed, caMat.Cert, bundle, w.RenewBefore, now)
 		if reason == "" && l.Application != "" && w.Revoked[certs.Serial(leaf)] {

@@ -334,3 +334,26 @@ func TestHoldDrops(t *testing.T) {
 		}
 	}
 }
+
+// TestMarksACAThatDoesNotSayWhatItSigns: a CA created before CAs recorded which side they
+// sign for is marked once its layout gives it one side; a CA of both sides is left alone.
+func TestMarksACAThatDoesNotSayWhatItSigns(t *testing.T) {
+	w := want()
+	obs := map[string]Material{}
+	steps, _, _ := Plan(w, obs, t0)
+	apply(t, w, steps, obs, t0)
+	if steps, _, _ := Plan(w, obs, t0); len(steps) != 0 {
+		t.Fatalf("a CA of both sides: %v", kinds(steps))
+	}
+	w.CASigns = "client"
+	steps, _, _ = Plan(w, obs, t0)
+	if len(steps) != 1 || steps[0].Kind != MarkCA || steps[0].Secret != "e-ca" {
+		t.Fatalf("an unmarked CA of one side: %v, want MarkCA e-ca", kinds(steps))
+	}
+	m := obs["e-ca"]
+	m.Signs = "client"
+	obs["e-ca"] = m
+	if steps, _, _ := Plan(w, obs, t0); len(steps) != 0 {
+		t.Fatalf("a marked CA: %v", kinds(steps))
+	}
+}
