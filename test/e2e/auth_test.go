@@ -159,16 +159,32 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 	if lockedOut != "" {
 		t.Fatalf("the operator was locked out on the way: %s", lockedOut)
 	}
+	// It started as etcd-pilot: the certificate was issued again for the move.
+	evs := &corev1.EventList{}
+	if err := k8s.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	for _, e := range evs.Items {
+		moved = moved || (strings.Contains(e.Message, v1alpha1.OperatorTLSSecretName("etcd")) && strings.Contains(e.Message, v1alpha1.ReasonRenamingOperatorUser))
+	}
+	if !moved {
+		t.Fatalf("no event of the operator's certificate issued again for %s", v1alpha1.ReasonRenamingOperatorUser)
+	}
+	noSecretInEvents(t, ns)
 
 	// Evidence from etcd, as root.
 	caSec := getSecret(t, ns, v1alpha1.CASecretName("etcd"))
 	ca := certs.KeyPair{Cert: caSec.Data["tls.crt"], Key: caSec.Data["tls.key"]}
 	admin := issueUserCert(t, ca, caSec.Data["ca.crt"], "e2e-admin")
+	// endpoint() and endpoints() speak https from here on.
+	clientTLS.Store(ns, admin.tls)
+	t.Cleanup(func() { clientTLS.Delete(ns) })
 	root := getSecret(t, ns, v1alpha1.RootAuthSecretName("etcd"))
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: strings.Split(endpoints(ns, 3), ","),
 		TLS:       admin.tls, Username: string(root.Data["username"]), Password: string(root.Data["password"]),
-		DialTimeout: 2 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -193,12 +209,19 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 		}
 		return nil
 	})
-	// Another cluster's operator certificate from the same CA, as before: no user here.
+	// Another cluster's operator certificate from the same CA, as before: no user here. The
+	// same request with a certificate of the cluster's own user is the control.
 	other := issueUserCert(t, ca, caSec.Data["ca.crt"], render.LegacyOperatorCommonName)
 	if out, err := etcdctl(t, "--endpoints", endpoint(ns, 0), "--cacert", other.ca, "--cert", other.c, "--key", other.k, "put", "taken", "x"); err == nil {
 		t.Fatalf("a certificate named %s could still write: %s", render.LegacyOperatorCommonName, out)
+	} else if !strings.Contains(out, "permission denied") {
+		t.Fatalf("a certificate named %s: %s, want etcd's permission denied", render.LegacyOperatorCommonName, out)
 	} else {
 		t.Logf("a certificate named %s: refused (%s)", render.LegacyOperatorCommonName, lastLine(out))
+	}
+	mine := issueUserCert(t, ca, caSec.Data["ca.crt"], own)
+	if out, err := etcdctl(t, "--endpoints", endpoint(ns, 0), "--cacert", mine.ca, "--cert", mine.c, "--key", mine.k, "put", "taken", "x"); err != nil {
+		t.Fatalf("a certificate named %s (the control) could not write: %s", own, out)
 	}
 	// The operator still acts as its new user: it scales the cluster out.
 	cur := getCluster(t, ns)
