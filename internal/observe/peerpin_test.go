@@ -27,6 +27,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/etcd"
 	"github.com/etcd-pilot/etcd-pilot/internal/memory"
 	"github.com/etcd-pilot/etcd-pilot/internal/observe"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/certificates"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/testutil/etcdproc"
 	"github.com/etcd-pilot/etcd-pilot/internal/values"
@@ -60,20 +61,7 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 	if len(wants) != 2 {
 		t.Fatalf("%d CAs asked for, want the client side's and the peer side's", len(wants))
 	}
-	issued := map[string]certs.KeyPair{}
-	cas := map[string]certs.KeyPair{}
-	for _, w := range wants {
-		ca, err := certs.NewCA(w.CACommonName, time.Now(), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cas[w.CASecret] = ca
-		for _, l := range w.Leaves {
-			if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	cas, issued := issueAll(t, wants)
 	ca := cas[v1alpha1.PeerCASecretName(secure.Name)]
 	peer, operator := issued[v1alpha1.PeerTLSSecretName(secure.Name)], issued[v1alpha1.OperatorTLSSecretName(secure.Name)]
 	if peer.Cert == nil || operator.Cert == nil {
@@ -177,20 +165,7 @@ func TestSeparateCAsKeepClientsOffThePeerPort(t *testing.T) {
 	c.Spec.TLS.ExtraSANs = []string{ip, "127.0.0.1"}
 	c.Spec.TLS.Client.Certificates = []v1alpha1.ClientCertificate{{Name: "app"}}
 	wants := render.OperatorCertificates(c, render.TopologyOf(c, nil), render.SeparatePeerCA)
-	issued := map[string]certs.KeyPair{}
-	cas := map[string]certs.KeyPair{}
-	for _, w := range wants {
-		ca, err := certs.NewCA(w.CACommonName, time.Now(), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cas[w.CASecret] = ca
-		for _, l := range w.Leaves {
-			if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	cas, issued := issueAll(t, wants)
 	peerCA, clientCA := cas[v1alpha1.PeerCASecretName(c.Name)], cas[v1alpha1.CASecretName(c.Name)]
 	peer, server := issued[v1alpha1.PeerTLSSecretName(c.Name)], issued[v1alpha1.ServerTLSSecretName(c.Name)]
 	operator, app := issued[v1alpha1.OperatorTLSSecretName(c.Name)], issued[v1alpha1.ClientCertificateSecretName(c.Name, "app")]
@@ -227,6 +202,26 @@ func TestSeparateCAsKeepClientsOffThePeerPort(t *testing.T) {
 	if err := handshakeAndGet(clientURL, "/version", peer, clientCA.Cert); err == nil {
 		t.Errorf("the members' peer certificate is taken on the client port")
 	}
+}
+
+// issueAll does what the Operator source does for wants: a CA per Want, by its Secret's name,
+// and each of its leaves signed by it, by Secret name.
+func issueAll(t *testing.T, wants []certificates.Want) (cas, issued map[string]certs.KeyPair) {
+	t.Helper()
+	cas, issued = map[string]certs.KeyPair{}, map[string]certs.KeyPair{}
+	for _, w := range wants {
+		ca, err := certs.NewCA(w.CACommonName, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cas[w.CASecret] = ca
+		for _, l := range w.Leaves {
+			if issued[l.Secret], err = certs.Issue(ca, l.Request, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return cas, issued
 }
 
 // pinCluster is a 3-member cluster in namespace pin with the Operator source's peer TLS.
