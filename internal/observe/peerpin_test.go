@@ -68,14 +68,7 @@ func TestPinnedPeerPortTakesOnlyPeerCertificates(t *testing.T) {
 		t.Fatalf("issued %v, want the peer and the operator's client certificate", keys(issued))
 	}
 
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t)
 	peerURL := fmt.Sprintf("https://%s:2380", ip)
 	tlsFlags := []string{
 		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL, "--initial-cluster=m0=" + peerURL,
@@ -172,14 +165,7 @@ func TestSeparateCAsKeepClientsOffThePeerPort(t *testing.T) {
 	if peerCA.Cert == nil || clientCA.Cert == nil || peer.Cert == nil || server.Cert == nil || operator.Cert == nil || app.Cert == nil {
 		t.Fatalf("CAs %v and leaves %v, want both CAs, the peer, server, operator's and app's certificates", keys(cas), keys(issued))
 	}
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t)
 	peerURL, clientURL := fmt.Sprintf("https://%s:2380", ip), fmt.Sprintf("https://%s:2379", ip)
 	etcdproc.Start(t, ip, "--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL, "--initial-cluster=m0="+peerURL,
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
@@ -201,6 +187,18 @@ func TestSeparateCAsKeepClientsOffThePeerPort(t *testing.T) {
 	}
 	if err := handshakeAndGet(clientURL, "/version", peer, clientCA.Cert); err == nil {
 		t.Errorf("the members' peer certificate is taken on the client port")
+	}
+}
+
+// fileWriter writes files into a folder of the test's and returns their paths.
+func fileWriter(t *testing.T) func(name string, b []byte) string {
+	dir := t.TempDir()
+	return func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 }
 
