@@ -79,7 +79,6 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		}
 		// The expiries of what was read, or written.
 		var rotations []string
-		c.Status.TrustGeneration, c.Status.PeerTrustGeneration = 0, 0
 		kept := map[string]bool{}
 		var clientCA *certificates.Material
 		for _, w := range wants {
@@ -109,15 +108,29 @@ func (r *EtcdClusterReconciler) reconcileTLS(ctx context.Context, c *v1alpha1.Et
 		}
 		operatorMaterial = observed
 		c.Status.CARotation = strings.Join(rotations, "; ")
-		if clientCA == nil {
-			// Only the peer side's certificates are the operator's now: the revocation list,
-			// if there is one, stays signed by the client side's CA.
-			ca, ok, err := observe.ReadTLSSecret(ctx, r.Client, c.Namespace, v1alpha1.CASecretName(c.Name))
+		// A CA no side uses now (a side left source Operator) keeps its generation while its
+		// Secret exists: dropping it from the pod template would restart every member for
+		// nothing. Only the peer side's certificates may be the operator's now: the
+		// revocation list, if there is one, stays signed by the client side's CA.
+		for _, name := range []string{v1alpha1.CASecretName(c.Name), v1alpha1.PeerCASecretName(c.Name)} {
+			if slices.ContainsFunc(wants, func(w certificates.Want) bool { return w.CASecret == name }) {
+				continue
+			}
+			ca, ok, err := observe.ReadTLSSecret(ctx, r.Client, c.Namespace, name)
 			if err != nil {
 				return nil, err
 			}
-			if ok {
-				clientCA = &ca
+			switch {
+			case name == v1alpha1.PeerCASecretName(c.Name):
+				c.Status.PeerTrustGeneration = 0
+				if ok {
+					c.Status.PeerTrustGeneration = ca.Generation
+				}
+			default:
+				c.Status.TrustGeneration = 0
+				if ok {
+					c.Status.TrustGeneration, clientCA = ca.Generation, &ca
+				}
 			}
 		}
 		if clientCA != nil {

@@ -134,8 +134,9 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := render.PerClusterOperatorCommonName(c)
+	waitCondition(t, ns, v1alpha1.ConditionAvailable, metav1.ConditionTrue, availableTimeout)
 	lockedOut := ""
-	eventually(t, 4*time.Minute, "the operator on its own user "+own, func() error {
+	eventually(t, 3*time.Minute, "the operator on its own user "+own, func() error {
 		cur := getCluster(t, ns)
 		if d := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonAuthLockedOut {
 			lockedOut = d.Message
@@ -159,18 +160,20 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 	if lockedOut != "" {
 		t.Fatalf("the operator was locked out on the way: %s", lockedOut)
 	}
-	// It started as etcd-pilot: the certificate was issued again for the move.
-	evs := &corev1.EventList{}
-	if err := k8s.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	moved := false
-	for _, e := range evs.Items {
-		moved = moved || (strings.Contains(e.Message, v1alpha1.OperatorTLSSecretName("etcd")) && strings.Contains(e.Message, v1alpha1.ReasonRenamingOperatorUser))
-	}
-	if !moved {
-		t.Fatalf("no event of the operator's certificate issued again for %s", v1alpha1.ReasonRenamingOperatorUser)
-	}
+	// It started as etcd-pilot: the certificate was issued again for the move (events are
+	// posted asynchronously).
+	eventually(t, 30*time.Second, "an event of the operator's certificate issued again for "+v1alpha1.ReasonRenamingOperatorUser, func() error {
+		evs := &corev1.EventList{}
+		if err := k8s.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, v1alpha1.OperatorTLSSecretName("etcd")) && strings.Contains(e.Message, v1alpha1.ReasonRenamingOperatorUser) {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(evs.Items))
+	})
 	noSecretInEvents(t, ns)
 
 	// Evidence from etcd, as root.
@@ -212,25 +215,26 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 	// Another cluster's operator certificate from the same CA, as before: no user here. The
 	// same request with a certificate of the cluster's own user is the control.
 	other := issueUserCert(t, ca, caSec.Data["ca.crt"], render.LegacyOperatorCommonName)
-	if out, err := etcdctl(t, "--endpoints", endpoint(ns, 0), "--cacert", other.ca, "--cert", other.c, "--key", other.k, "put", "taken", "x"); err == nil {
-		t.Fatalf("a certificate named %s could still write: %s", render.LegacyOperatorCommonName, out)
-	} else if !strings.Contains(out, "permission denied") {
-		t.Fatalf("a certificate named %s: %s, want etcd's permission denied", render.LegacyOperatorCommonName, out)
-	} else {
+	// A member that has not applied the removal yet answers "revision of auth store is old":
+	// asked again until it refuses for the reason that matters.
+	eventually(t, 30*time.Second, "a certificate named "+render.LegacyOperatorCommonName+" refused", func() error {
+		out, err := etcdctl(t, "--endpoints", endpoint(ns, 0), "--cacert", other.ca, "--cert", other.c, "--key", other.k, "put", "taken", "x")
+		if err == nil {
+			t.Fatalf("a certificate named %s could still write: %s", render.LegacyOperatorCommonName, out)
+		}
+		if !strings.Contains(out, "permission denied") {
+			return fmt.Errorf("%s", lastLine(out))
+		}
 		t.Logf("a certificate named %s: refused (%s)", render.LegacyOperatorCommonName, lastLine(out))
-	}
+		return nil
+	})
 	mine := issueUserCert(t, ca, caSec.Data["ca.crt"], own)
 	if out, err := etcdctl(t, "--endpoints", endpoint(ns, 0), "--cacert", mine.ca, "--cert", mine.c, "--key", mine.k, "put", "taken", "x"); err != nil {
 		t.Fatalf("a certificate named %s (the control) could not write: %s", own, out)
 	}
 	// The operator still acts as its new user: it scales the cluster out.
-	cur := getCluster(t, ns)
-	patch := client.MergeFrom(cur.DeepCopy())
-	cur.Spec.Replicas = ptrInt32(4)
-	if err := k8s.Patch(context.Background(), cur, patch); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 3*time.Minute, "4 members", func() error {
+	scaleTo(t, ns, 4)
+	eventually(t, time.Minute, "4 voters in etcd's member list", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		m, err := cli.MemberList(ctx)

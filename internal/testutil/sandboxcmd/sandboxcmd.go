@@ -13,8 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/etcd-pilot/etcd-pilot/charts"
 )
@@ -41,7 +43,8 @@ func Command() ([]string, error) {
 			return
 		}
 		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-		dir, derr := os.MkdirTemp("", "etcd-pilot-sandbox-")
+		sweep()
+		dir, derr := os.MkdirTemp("", fmt.Sprintf("%s%d-", folderPrefix, os.Getpid()))
 		if derr != nil {
 			err = derr
 			return
@@ -60,6 +63,37 @@ func Command() ([]string, error) {
 		return nil, err
 	}
 	return []string{built, charts.SandboxArg}, nil
+}
+
+// folderPrefix names the folders the sandbox binaries are built into:
+// <prefix><pid of the test process>-<random>.
+const folderPrefix = "etcd-pilot-sandbox-"
+
+// sweep removes the folders of test processes that have ended (a test binary has no hook at
+// its exit to remove its own): an 86 MB binary each, which runs of the suite would otherwise
+// pile up. A folder of a process that still runs is kept; one whose name carries no process
+// is removed once it is an hour old.
+func sweep() {
+	tmp := os.TempDir()
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), folderPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, _, named := strings.Cut(rest, "-")
+		if n, err := strconv.Atoi(pid); named && err == nil && n > 0 {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", n)); err == nil {
+				continue
+			}
+		} else if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < time.Hour {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+	}
 }
 
 // MustCommand is Command for a test: it fails t when the command cannot be had.
