@@ -61,8 +61,8 @@ func run(m *testing.M) int {
 	}
 	defer env.Stop()
 
-	// Tenants' charts render in sandboxes of this binary, or of the operator's built without
-	// the race detector when this one has it (see sandboxcmd).
+	// Tenants' charts render in sandboxes of this binary, or of the operator's built as the
+	// image builds it (no race detector, no cgo) when this one is not (see sandboxcmd).
 	sandbox, err := sandboxcmd.Command()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
