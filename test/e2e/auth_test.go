@@ -43,16 +43,7 @@ func TestAuthRefusesAnonymousAndTheOperatorStillUpgrades(t *testing.T) {
 	t.Cleanup(func() { clientTLS.Delete(ns) })
 
 	// Evidence from etcd: authentication is on; root logs in with the generated password.
-	root := getSecret(t, ns, v1alpha1.RootAuthSecretName("etcd"))
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: strings.Split(endpoints(ns, 3), ","),
-		TLS:       admin.tls, Username: string(root.Data["username"]), Password: string(root.Data["password"]),
-		DialTimeout: 2 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := rootClient(t, ns, admin)
 	eventually(t, time.Minute, "etcd reports authentication on", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -183,16 +174,7 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 	// endpoint() and endpoints() speak https from here on.
 	clientTLS.Store(ns, admin.tls)
 	t.Cleanup(func() { clientTLS.Delete(ns) })
-	root := getSecret(t, ns, v1alpha1.RootAuthSecretName("etcd"))
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: strings.Split(endpoints(ns, 3), ","),
-		TLS:       admin.tls, Username: string(root.Data["username"]), Password: string(root.Data["password"]),
-		DialTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := rootClient(t, ns, admin)
 	eventually(t, time.Minute, "etcd-pilot removed from etcd's users", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -252,4 +234,21 @@ func TestClusterFromBeforeSecureDefaultsGetsItsOwnOperatorUser(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rootClient is an etcd client of cluster "etcd" in ns logged in as root (the password from
+// its Secret), over TLS with the certificate tlsOf; closed when the test ends.
+func rootClient(t *testing.T, ns string, tlsOf userCert) *clientv3.Client {
+	t.Helper()
+	root := getSecret(t, ns, v1alpha1.RootAuthSecretName("etcd"))
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: strings.Split(endpoints(ns, 3), ","),
+		TLS:       tlsOf.tls, Username: string(root.Data["username"]), Password: string(root.Data["password"]),
+		DialTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialName)}, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
 }
