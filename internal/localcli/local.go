@@ -111,6 +111,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		return 0, localOperator(ctx, args[1:], stderr)
 	case "image":
 		return 0, localImage(args[1:], stderr)
+	case localcluster.LaneNodeCommand:
+		// Hidden: a node of the real-node lane, in the namespaces the lane made for it.
+		return 0, laneNode(ctx)
+	case "pause":
+		// Hidden: the real-node lane's pod sandbox (the pause image runs this binary).
+		return pause(), nil
 	case "shim":
 		// Hidden: the process nodes run each container through it (see node.ShimMain), which
 		// returns only on failure.
@@ -167,11 +173,23 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	verbose := fs.Bool("v", false, "print each start-up step")
 	operatorBin := fs.String("operator-binary", "", "the operator binary: run as the operator (its manager command) and as the operator's image (default: "+operatorBinaryName+" next to this binary)")
 	var operatorArgs stringList
+	runtime := fs.String("runtime", "", "empty: process nodes (pods as local processes, any user); containerd: the real-node lane (root only): nodes with containerd, runc, a real kubelet and kube-proxy in namespaces of their own, CoreDNS, images built here (default --dir .local-lane)")
+	var operatorValues stringList
+	fs.Var(&operatorValues, "operator-value", "with --runtime=containerd: a --set value for the operator's chart (repeatable)")
 	fs.Var(&operatorArgs, "operator-arg", "an argument added to the operator's (etcd-pilot manager's) in config/default's Deployment, such as --allowed-endpoints=127.0.0.0/8 for a MinIO on this machine (repeatable)")
 	if pos, err := localFlags(fs, args); err != nil {
 		return 0, err
 	} else if len(pos) > 0 {
 		return 0, fmt.Errorf("unexpected arguments %q", pos)
+	}
+	switch *runtime {
+	case "":
+	case localcluster.RuntimeContainerd:
+		if !dirSet(fs) {
+			*dirFlag = defaultLaneDir
+		}
+	default:
+		return 0, fmt.Errorf("unknown --runtime %q: leave it out (process nodes) or use %s", *runtime, localcluster.RuntimeContainerd)
 	}
 	dir, err := filepath.Abs(*dirFlag)
 	if err != nil {
@@ -191,6 +209,12 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 		return 0, err
 	}
 
+	if *runtime == localcluster.RuntimeContainerd {
+		return localUpLane(ctx, laneArgs{
+			args: args, dir: dir, dirFlag: *dirFlag, nodes: *nodes, operator: *operator, verbose: *verbose,
+			root: root, exe: exe, operatorBinary: opBin, operatorValues: operatorValues,
+		}, stdout, stderr)
+	}
 	if os.Getenv(localcluster.InNamespaceEnv) == "1" {
 		opts := localcluster.Options{
 			Dir:            dir,

@@ -22,6 +22,16 @@ const InNamespaceEnv = "ETCD_PILOT_LOCAL_IN_NAMESPACE"
 // stopping its children.
 const ParentDeathSignal = syscall.SIGHUP
 
+// LaneCommand returns a command that runs exe with args in a new network and mount namespace
+// (the real-node lane's), as NamespacedCommand does for the mount namespace alone. Root only.
+func LaneCommand(exe string, args []string) *exec.Cmd {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), InNamespaceEnv+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Setpgid: true, Pdeathsig: ParentDeathSignal}
+	return cmd
+}
+
 // NamespacedCommand returns a command that runs exe with args in a new private mount
 // namespace and a process group of its own, with InNamespaceEnv set and this process's
 // standard streams. In its own process group it gets no terminal signals: the caller
@@ -90,6 +100,11 @@ func ExecCommand(st *State, argv []string) (*exec.Cmd, error) {
 	}
 	// Entering a mount namespace moves the working directory to its root; --wd moves back.
 	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", st.Pid), "--wd=" + wd}
+	if st.Runtime == RuntimeContainerd {
+		// The lane's network: its bridge, the routes to every node's pods, the kube-proxy
+		// rules for Services and CoreDNS.
+		args = append(args, fmt.Sprintf("--net=/proc/%d/ns/net", st.Pid))
+	}
 	if !userns.SameAs(st.Pid) {
 		// The cluster runs in a user namespace of its own (it was started by a user other
 		// than root), which owns its mount namespace: enter that first, as its root. The

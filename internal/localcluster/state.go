@@ -30,6 +30,9 @@ type State struct {
 	EtcdBinDir string `json:"etcdBinDir"`
 	// Socket is the control socket (see ServeControl).
 	Socket string `json:"socket"`
+	// Runtime is RuntimeContainerd for the real-node lane (whose up process also has a
+	// network namespace of its own, which exec enters), empty for the process nodes.
+	Runtime string `json:"runtime,omitempty"`
 	// Started is when the up process started.
 	Started time.Time `json:"started"`
 }

@@ -60,6 +60,11 @@ type Config struct {
 	NodeMonitorGracePeriod time.Duration
 	// StartTimeout bounds Start. Default DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Address is where the API server listens and what it advertises; the kubeconfig names
+	// it. Empty: 127.0.0.1, with no endpoint for the kubernetes Service (the process nodes
+	// reach the API server directly). Another address (the real-node lane's bridge) gets the
+	// Service's endpoint, so pods reach the API server through it as in any cluster.
+	Address string
 	// Progress, if set, is called with a short message as each component becomes ready.
 	Progress func(msg string)
 }
@@ -171,14 +176,21 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 		return cp, err
 	}
 
-	apiURL := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	address, reconciler := cfg.Address, "lease"
+	if address == "" {
+		// The endpoint reconciler refuses a loopback address; nothing on the process nodes
+		// reaches the API server through the kubernetes Service anyway.
+		address, reconciler = "127.0.0.1", "none"
+	}
+	apiURL := fmt.Sprintf("https://%s:%d", address, apiPort)
 	api, err := cp.start("kube-apiserver", filepath.Join(cfg.KubeBinDir, "kube-apiserver"), []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// The endpoint reconciler refuses a loopback address; nothing here reaches the API
-		// server through the kubernetes Service anyway.
-		"--endpoint-reconciler-type=none",
+		"--bind-address=" + address,
+		"--advertise-address=" + address,
+		"--endpoint-reconciler-type=" + reconciler,
+		// Nodes register their names, which only the cluster's DNS could resolve: logs, exec
+		// and port-forward go to their addresses.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + certDir,
 		"--token-auth-file=" + tokenFile,

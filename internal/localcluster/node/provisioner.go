@@ -177,6 +177,12 @@ func (p *provisioner) syncClaim(ctx context.Context, key string) error {
 	if err := os.MkdirAll(path, 0o777); err != nil {
 		return fmt.Errorf("failed to create the folder of volume %s: %w", pvName, err)
 	}
+	// A host path volume gets no fsGroup from a real kubelet: a pod that runs as another user
+	// than root (the etcd members run as 65532) can write it only if everyone may, as with
+	// the local-path provisioners of kind and k3s. The umask took those bits off.
+	if err := os.Chmod(path, 0o777); err != nil {
+		return fmt.Errorf("failed to open the folder of volume %s to its pod's user: %w", pvName, err)
+	}
 	modes := pvc.Spec.AccessModes
 	if len(modes) == 0 {
 		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
