@@ -20,6 +20,8 @@ GO_TEST_FLAGS ?= -count=1 -race -timeout 30m
 # The end-to-end suite takes about 32 minutes on 2 cores; the limit leaves room for a slow
 # machine without letting a hung test eat the CI run.
 E2E_TEST_FLAGS ?= -count=1 -timeout 55m
+# The real-node lane: its first run builds the kubelet, kube-proxy, containerd and CoreDNS.
+LANE_TEST_FLAGS ?= -count=1 -v -timeout 40m
 
 .DEFAULT_GOAL := help
 
@@ -37,12 +39,15 @@ demo: build ## Run the main job: local Kubernetes, the operator, a 3-member etcd
 
 .PHONY: test
 test: tools ## Run every test (unit, golden, Helm parity, envtest against a real kube-apiserver).
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" HELM="$$(hack/build-helm.sh)" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" HELM="$$(hack/build-helm.sh)" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/lane)
 	@# The alert rules and dashboards, against Prometheus's own libraries: a module of its own.
 	cd test/promrules && go test $(GO_TEST_FLAGS) ./...
 	@# The end-to-end suite runs alone: on 2 cores, sharing them with the other suites starves
 	@# etcd's heartbeats and causes elections that have nothing to do with the operator.
 	go test $(E2E_TEST_FLAGS) ./test/e2e
+	@# The real-node lane (root only; it says why it skips elsewhere): real kubelets, containerd,
+	@# runc, CNI, kube-proxy and CoreDNS; hack/build-node.sh builds and installs them first.
+	go test $(LANE_TEST_FLAGS) ./test/lane
 
 SOAK_DURATION ?= 30m
 SOAK_SEED ?= 0

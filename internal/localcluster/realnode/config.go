@@ -33,6 +33,10 @@ state = "/run/containerd"
     conf_dir = %q
     max_conf_num = 1
 
+# NRI's socket is machine-wide (/var/run/nri); the lane has no NRI plugins.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
