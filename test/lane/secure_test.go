@@ -140,7 +140,6 @@ func etcdClient(t *testing.T, ns, name, certSecret string, endpoints []string, a
 	// With credentials, New authenticates at once; a Service's rules may still be on their
 	// way into kube-proxy's tables.
 	var cli *clientv3.Client
-	var err error
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if cli, err = clientv3.New(cfg); err == nil {
@@ -287,17 +286,15 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		}
 		return nil
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	// Through the client Service (kube-proxy) and by each member's name (CoreDNS).
 	svc := etcdClient(t, ns, name, name+"-client-app", []string{fmt.Sprintf("https://%s-client.%s.svc.cluster.local:2379", name, ns)}, true)
-	if _, err := svc.Put(ctx, "/lane/hello", "real nodes"); err != nil {
+	if _, err := svc.Put(tctx(t), "/lane/hello", "real nodes"); err != nil {
 		t.Fatalf("write through the client Service: %v", err)
 	}
 	cli := etcdClient(t, ns, name, name+"-client-app", memberEndpoints(ns, name, 3), true)
 	clusterID := uint64(0)
 	for _, ep := range memberEndpoints(ns, name, 3) {
-		st, err := cli.Status(ctx, ep)
+		st, err := cli.Status(tctx(t), ep)
 		if err != nil {
 			t.Fatalf("status of %s: %v", ep, err)
 		}
@@ -324,7 +321,7 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		acked, failed, longest := w.Stop()
 		checkAcked(t, cli, "/lane/upgrade", acked)
 		for _, ep := range memberEndpoints(ns, name, 3) {
-			st, err := cli.Status(ctx, ep)
+			st, err := cli.Status(tctx(t), ep)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -380,7 +377,7 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		took := time.Since(start)
 		acked, failed, longest := w.Stop()
 		checkAcked(t, cli, "/lane/nodeloss", acked)
-		ml, err := cli.MemberList(ctx)
+		ml, err := cli.MemberList(tctx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,6 +394,13 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 			victim, node, took.Seconds(), len(acked), failed, longest.Round(time.Millisecond))
 	})
 	_ = strings.TrimSpace
+}
+
+// tctx is a context for one call to etcd, cancelled when the test ends.
+func tctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func ptrTo[T any](v T) *T { return &v }
