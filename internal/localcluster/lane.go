@@ -392,7 +392,7 @@ func (l *Lane) startNode(i int) error {
 			return fmt.Errorf("node %s is running", realnode.NodeName(i))
 		}
 	}
-	if err := realnode.KillNodeCgroup(i); err != nil {
+	if err := realnode.KillNodeCgroup(l.opts.Dir, i); err != nil {
 		return err
 	}
 	logPath := filepath.Join(l.opts.Dir, "logs", realnode.NodeName(i)+".log")
@@ -525,7 +525,7 @@ func (l *Lane) Stop() {
 		}
 		wg.Wait()
 		for i := range nodes {
-			if err := realnode.KillNodeCgroup(i); err != nil {
+			if err := realnode.KillNodeCgroup(l.opts.Dir, i); err != nil {
 				l.log.Error(err, "failed to clean a node's cgroups")
 			}
 		}
@@ -539,7 +539,9 @@ func (l *Lane) Stop() {
 		if l.cp != nil {
 			l.cp.Stop()
 		}
-		_ = os.Remove(filepath.Join("/sys/fs/cgroup/pids", "etcd-pilot-lane"))
+		if err := realnode.RemoveLaneCgroup(l.opts.Dir); err != nil {
+			l.log.Error(err, "failed to remove the lane's cgroups")
+		}
 		if l.logFile != nil {
 			l.log.Info("lane stopped")
 			l.logFile.Close()
@@ -571,7 +573,7 @@ func (l *Lane) StopNode(name string) error {
 		return fmt.Errorf("node %s is not running", name)
 	}
 	n.Kill()
-	return realnode.KillNodeCgroup(i)
+	return realnode.KillNodeCgroup(l.opts.Dir, i)
 }
 
 // StartNode starts a node StopNode stopped.

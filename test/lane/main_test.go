@@ -24,6 +24,7 @@ import (
 
 	v1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster"
+	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/realnode"
 	"github.com/etcd-pilot/etcd-pilot/internal/repo"
 )
 
@@ -140,13 +141,8 @@ func outside() int {
 // leftovers names what a stopped lane must not leave: its cgroups, or a containerd.
 func leftovers() string {
 	var left []string
-	if _, err := os.Stat("/sys/fs/cgroup/pids/etcd-pilot-lane"); err == nil {
-		entries, _ := os.ReadDir("/sys/fs/cgroup/pids/etcd-pilot-lane")
-		for _, e := range entries {
-			if e.IsDir() {
-				left = append(left, "cgroup etcd-pilot-lane/"+e.Name())
-			}
-		}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", realnode.LaneCgroup(laneDir))); err == nil {
+		left = append(left, "cgroup "+realnode.LaneCgroup(laneDir))
 	}
 	for _, p := range localcluster.Descendants(1) {
 		if strings.Contains(p.Cmd, laneDir) {

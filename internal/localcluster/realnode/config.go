@@ -1,6 +1,8 @@
 package realnode
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -62,11 +64,18 @@ func cniConfig(i int) string {
 `, NodePodCIDR(i))
 }
 
-// CgroupRoot is the cgroup (in every hierarchy) under which node i's kubelet makes its pods'.
-func CgroupRoot(i int) string { return "/etcd-pilot-lane/" + NodeName(i) }
+// LaneCgroup is the cgroup (in every hierarchy) of the lane in laneDir: lanes in two folders
+// run side by side.
+func LaneCgroup(laneDir string) string {
+	sum := sha256.Sum256([]byte(laneDir))
+	return "/etcd-pilot-lane/" + hex.EncodeToString(sum[:4])
+}
+
+// CgroupRoot is the cgroup under which node i's kubelet makes its pods'.
+func CgroupRoot(laneDir string, i int) string { return LaneCgroup(laneDir) + "/" + NodeName(i) }
 
 // kubeletConfig is node i's KubeletConfiguration.
-func kubeletConfig(i int) string {
+func kubeletConfig(laneDir string, i int) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine boots cgroup v1 (hybrid).
@@ -99,7 +108,7 @@ serializeImagePulls: false
 nodeStatusReportFrequency: 10s
 fileCheckFrequency: 5s
 syncFrequency: 10s
-`, CgroupRoot(i), NodeIP(i), DNSServiceIP, ClusterDomain)
+`, CgroupRoot(laneDir, i), NodeIP(i), DNSServiceIP, ClusterDomain)
 }
 
 // KubeProxyConfig is kube-proxy's configuration on the host named name with address ip.

@@ -117,11 +117,23 @@ func (n *NodeProcess) Kill() {
 
 // KillNodeCgroup kills every process left in node i's cgroup (containers, shims) and removes
 // its cgroups.
-func KillNodeCgroup(i int) error {
-	if left := killCgroup(CgroupRoot(i), -1, 10*time.Second); len(left) > 0 {
+func KillNodeCgroup(laneDir string, i int) error {
+	if left := killCgroup(CgroupRoot(laneDir, i), -1, 10*time.Second); len(left) > 0 {
 		return fmt.Errorf("processes %v of node %s would not die", left, NodeName(i))
 	}
-	return removeCgroup(CgroupRoot(i))
+	return removeCgroup(CgroupRoot(laneDir, i))
+}
+
+// RemoveLaneCgroup removes the lane's cgroups once its nodes are gone (and the lanes' common
+// parent when no other lane uses it).
+func RemoveLaneCgroup(laneDir string) error {
+	err := removeCgroup(LaneCgroup(laneDir))
+	if hs, herr := hierarchies(); herr == nil {
+		for _, h := range hs {
+			_ = syscall.Rmdir(filepath.Join(h, "etcd-pilot-lane"))
+		}
+	}
+	return err
 }
 
 // RunNode is the node process: it waits for the lane to link it (fd 3), sets up its network
@@ -139,14 +151,14 @@ func RunNode(ctx context.Context) (err error) {
 		return fmt.Errorf("the lane did not link this node: %v", rerr)
 	}
 	self := os.Getpid()
-	if err := makeCgroup(CgroupRoot(cfg.Index) + "/node"); err != nil {
+	if err := makeCgroup(CgroupRoot(cfg.LaneDir, cfg.Index) + "/node"); err != nil {
 		return err
 	}
-	if err := joinCgroup(CgroupRoot(cfg.Index)+"/node", self); err != nil {
+	if err := joinCgroup(CgroupRoot(cfg.LaneDir, cfg.Index)+"/node", self); err != nil {
 		return fmt.Errorf("failed to join the node's cgroup: %w", err)
 	}
 	defer func() {
-		if left := killCgroup(CgroupRoot(cfg.Index), self, 15*time.Second); len(left) > 0 {
+		if left := killCgroup(CgroupRoot(cfg.LaneDir, cfg.Index), self, 15*time.Second); len(left) > 0 {
 			err = errors.Join(err, fmt.Errorf("processes %v would not die", left))
 		}
 	}()
@@ -167,7 +179,7 @@ func RunNode(ctx context.Context) (err error) {
 	files := map[string]string{
 		filepath.Join(dir, "containerd.toml"):      containerdConfig(cniConf, cfg.Runc),
 		filepath.Join(cniConf, "10-lane.conflist"): cniConfig(cfg.Index),
-		filepath.Join(dir, "kubelet.yaml"):         kubeletConfig(cfg.Index),
+		filepath.Join(dir, "kubelet.yaml"):         kubeletConfig(cfg.LaneDir, cfg.Index),
 		filepath.Join(dir, "kube-proxy.yaml"):      KubeProxyConfig(cfg.Kubeconfig, NodeName(cfg.Index)),
 	}
 	for p, content := range files {
@@ -175,7 +187,7 @@ func RunNode(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if err := makeCgroup(CgroupRoot(cfg.Index)); err != nil {
+	if err := makeCgroup(CgroupRoot(cfg.LaneDir, cfg.Index)); err != nil {
 		return err
 	}
 
