@@ -44,6 +44,10 @@ Usage: etcd-pilot-local up|exec|down|node|kill-pod|apiserver|operator|image
                                               stop kube-apiserver and start it again (a fault)
   etcd-pilot-local operator stop|start [--dir DIR] [--env KEY=VALUE]... [--clear-env]
                                               stop the operator until started again
+  etcd-pilot-local net partition|inbound|latency|heal NODE [--delay 100ms] [--dir DIR]
+                                              real-node lane only: cut a node off (partition),
+                                              drop what it receives (inbound), delay what it
+                                              sends (latency, where the kernel has netem), or heal
   etcd-pilot-local image map IMAGE FOLDER [--dir DIR]
                                               run IMAGE's containers from FOLDER from their next
                                               start (a folder without etcd breaks the image)
@@ -111,6 +115,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		return 0, localOperator(ctx, args[1:], stderr)
 	case "image":
 		return 0, localImage(args[1:], stderr)
+	case "net":
+		return 0, localNet(ctx, args[1:], stderr)
 	case localcluster.LaneNodeCommand:
 		// Hidden: a node of the real-node lane, in the namespaces the lane made for it.
 		return 0, laneNode(ctx)
@@ -506,6 +512,23 @@ func localAPIServer(ctx context.Context, args []string, stderr io.Writer) error 
 		return errors.New("usage: apiserver restart [--dir DIR]")
 	}
 	return control(ctx, *dirFlag, localcluster.ActionAPIServerRestart, nil)
+}
+
+func localNet(ctx context.Context, args []string, stderr io.Writer) error {
+	fs, dirFlag := newLocalFlagSet("net", stderr)
+	delay := fs.Duration("delay", 0, "with latency: the delay added to what the node sends")
+	pos, err := localFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errors.New("usage: net partition|inbound|latency|heal NODE [--delay 100ms] [--dir DIR]")
+	}
+	params := url.Values{"fault": {pos[0]}, "node": {pos[1]}}
+	if *delay > 0 {
+		params.Set("delay", delay.String())
+	}
+	return control(ctx, *dirFlag, localcluster.ActionNetFault, params)
 }
 
 func localImage(args []string, stderr io.Writer) error {

@@ -395,6 +395,11 @@ func (c *Cluster) RestartAPIServer() error {
 	return c.cp.RestartAPIServer(context.Background())
 }
 
+// NetFault is not possible here: the process nodes share the machine's network.
+func (c *Cluster) NetFault(node, fault string, delay time.Duration) error {
+	return errors.New("the process nodes share the machine's network, which a fault would cut for every node: network faults need the real-node lane (up --runtime=containerd)")
+}
+
 // KillPod kills the processes of a pod on whichever node runs it.
 func (c *Cluster) KillPod(namespace, name string) error {
 	if namespace == "" || name == "" {

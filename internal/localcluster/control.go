@@ -21,6 +21,7 @@ const (
 	ActionOperatorStop     = "operator/stop"     //
 	ActionOperatorStart    = "operator/start"    //
 	ActionAPIServerRestart = "apiserver/restart" //
+	ActionNetFault         = "net/fault"         // node=NODE&fault=partition|inbound|latency|heal&delay=DURATION
 )
 
 // Controller carries out the control actions.
@@ -31,6 +32,7 @@ type Controller interface {
 	StopOperator() error
 	StartOperator(env []string) error
 	RestartAPIServer() error
+	NetFault(node, fault string, delay time.Duration) error
 }
 
 // maxSocketPath is the longest path a Unix socket address holds (sun_path, less the NUL).
@@ -74,6 +76,16 @@ func ServeControl(ctx context.Context, l net.Listener, c Controller) error {
 	handle(ActionKillPod, func(q url.Values) error { return c.KillPod(q.Get("namespace"), q.Get("name")) })
 	handle(ActionOperatorStop, func(url.Values) error { return c.StopOperator() })
 	handle(ActionAPIServerRestart, func(url.Values) error { return c.RestartAPIServer() })
+	handle(ActionNetFault, func(q url.Values) error {
+		var delay time.Duration
+		if d := q.Get("delay"); d != "" {
+			var err error
+			if delay, err = time.ParseDuration(d); err != nil {
+				return fmt.Errorf("delay: %w", err)
+			}
+		}
+		return c.NetFault(q.Get("node"), q.Get("fault"), delay)
+	})
 	handle(ActionOperatorStart, func(q url.Values) error {
 		env := q["env"]
 		if q.Get("clear-env") != "" {

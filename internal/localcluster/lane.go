@@ -615,6 +615,27 @@ func (l *Lane) scaleOperator(replicas int32) error {
 	return err
 }
 
+// NetFault applies a network fault (realnode.ApplyFault) to a running node.
+func (l *Lane) NetFault(name, fault string, delay time.Duration) error {
+	i, err := l.nodeIndex(name)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	n := l.nodes[i]
+	l.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("node %s is not running", name)
+	}
+	select {
+	case <-n.Done():
+		return fmt.Errorf("node %s is stopped", name)
+	default:
+	}
+	l.log.Info("network fault", "node", name, "fault", fault, "delay", delay.String())
+	return realnode.ApplyFault(n.Pid(), fault, delay)
+}
+
 // RestartAPIServer restarts kube-apiserver as a fault.
 func (l *Lane) RestartAPIServer() error { return l.cp.RestartAPIServer(context.Background()) }
 

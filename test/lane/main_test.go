@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	laneDir = filepath.Join(root, ".local-lane-test")
+	if d := os.Getenv("ETCD_PILOT_LANE_DIR"); d != "" {
+		laneDir = d // two runs side by side (each lane has its own namespaces and cgroups)
+	}
 	localBin = filepath.Join(root, "bin", "etcd-pilot-local")
 	if os.Getenv(insideEnv) == "1" {
 		os.Exit(inside(m))

@@ -131,7 +131,11 @@ func etcdClient(t *testing.T, ns, name, certSecret string, endpoints []string, a
 		Endpoints:   endpoints,
 		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
 		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		// As a production client: a member whose connection went silent (a partitioned node)
+		// is left out of the round robin once keepalive notices.
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
 	}
 	if auth {
 		root := secretData(t, ns, v1alpha1.RootAuthSecretName(name))

@@ -92,6 +92,9 @@ func StartNode(exe string, args []string, cfg NodeConfig, logPath string) (*Node
 	return n, nil
 }
 
+// Pid is the node process's id: its network namespace is the node's.
+func (n *NodeProcess) Pid() int { return n.cmd.Process.Pid }
+
 // Done is closed when the node process has exited.
 func (n *NodeProcess) Done() <-chan struct{} { return n.done }
 
