@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,7 +256,7 @@ func UpLane(ctx context.Context, opts LaneOptions) (l *Lane, err error) {
 	if err := l.startDNS(ctx); err != nil {
 		return l, err
 	}
-	step("CRDs, StorageClass, CoreDNS and the lane's kube-proxy")
+	step("CRDs, StorageClass and CoreDNS")
 
 	for i := 1; i <= opts.Nodes; i++ {
 		if err := l.startNode(i); err != nil {
@@ -263,6 +264,9 @@ func UpLane(ctx context.Context, opts LaneOptions) (l *Lane, err error) {
 		}
 	}
 	if err := l.waitNodesReady(ctx, 3*time.Minute); err != nil {
+		return l, err
+	}
+	if err := l.startLaneProxy(); err != nil {
 		return l, err
 	}
 	step(fmt.Sprintf("%d nodes ready", opts.Nodes))
@@ -309,8 +313,7 @@ func buildLaneImages(opts LaneOptions) ([]string, error) {
 	return files, nil
 }
 
-// startDNS starts CoreDNS on the bridge and the kube-dns Service in front of it, and the
-// lane's own kube-proxy, so the lane's processes (the tests) reach Services as pods do.
+// startDNS starts CoreDNS on the bridge and the kube-dns Service in front of it.
 func (l *Lane) startDNS(ctx context.Context) error {
 	logs := filepath.Join(l.opts.Dir, "logs")
 	corefile := filepath.Join(l.opts.Dir, "Corefile")
@@ -322,23 +325,7 @@ func (l *Lane) startDNS(ctx context.Context) error {
 		return err
 	}
 	l.aux = append(l.aux, dns)
-	proxyConf := filepath.Join(l.opts.Dir, "kube-proxy.yaml")
-	if err := os.WriteFile(proxyConf, []byte(realnode.KubeProxyConfig(l.Kubeconfig, "lane-host")), 0o644); err != nil {
-		return err
-	}
-	proxy, err := controlplane.StartProcess("kube-proxy", filepath.Join(l.opts.Binaries.Kube, "kube-proxy"), []string{"--config=" + proxyConf}, nil, filepath.Join(logs, "kube-proxy.log"), true)
-	if err != nil {
-		return err
-	}
-	l.aux = append(l.aux, proxy)
-	for _, p := range l.aux {
-		go func() {
-			<-p.Done()
-			if !p.Stopping() {
-				l.fail(fmt.Errorf("%s exited: %v (see %s)", p.Name, p.Err(), p.LogPath))
-			}
-		}()
-	}
+	l.watchAux(dns)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"k8s-app": "kube-dns"}},
 		Spec: corev1.ServiceSpec{
@@ -366,6 +353,48 @@ func (l *Lane) startDNS(ctx context.Context) error {
 		return fmt.Errorf("failed to create the kube-dns EndpointSlice: %w", err)
 	}
 	return nil
+}
+
+// startLaneProxy starts a kube-proxy of the lane's own network namespace, so the lane's
+// processes (the tests) reach Services as pods do. It runs once the nodes are registered and
+// takes node 1's name: kube-proxy waits 30 s for a Node object of its name before it programs
+// any rule, and the lane has no node of its own.
+func (l *Lane) startLaneProxy() error {
+	logs := filepath.Join(l.opts.Dir, "logs")
+	proxyConf := filepath.Join(l.opts.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(proxyConf, []byte(realnode.KubeProxyConfig(l.Kubeconfig, realnode.NodeName(1))), 0o644); err != nil {
+		return err
+	}
+	proxy, err := controlplane.StartProcess("kube-proxy", filepath.Join(l.opts.Binaries.Kube, "kube-proxy"), []string{"--config=" + proxyConf}, nil, filepath.Join(logs, "kube-proxy.log"), true)
+	if err != nil {
+		return err
+	}
+	l.aux = append(l.aux, proxy)
+	l.watchAux(proxy)
+	// Ready when a name resolves through the kube-dns Service: CoreDNS answers and the rules
+	// that lead there are in place.
+	name := "kubernetes.default.svc." + realnode.ClusterDomain
+	var last error
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, last = net.DefaultResolver.LookupHost(ctx, name)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s does not resolve through the cluster's DNS (see %s): %v", name, filepath.Join(logs, "coredns.log"), last)
+	}
+	return nil
+}
+
+// watchAux fails the lane when p exits on its own.
+func (l *Lane) watchAux(p *controlplane.Process) {
+	go func() {
+		<-p.Done()
+		if !p.Stopping() {
+			l.fail(fmt.Errorf("%s exited: %v (see %s)", p.Name, p.Err(), p.LogPath))
+		}
+	}()
 }
 
 func (l *Lane) nodeConfig(i int) realnode.NodeConfig {

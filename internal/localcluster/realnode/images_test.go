@@ -151,7 +151,7 @@ func TestArchiveIsAnOCILayoutWithMatchingDigests(t *testing.T) {
 		t.Fatalf("index names %+v", index.Manifests[0])
 	}
 	var manifest struct {
-		Config struct{ Digest string } `json:"config"`
+		Config struct{ Digest string }   `json:"config"`
 		Layers []struct{ Digest string } `json:"layers"`
 	}
 	if err := json.Unmarshal(check(digest), &manifest); err != nil || len(manifest.Layers) != 1 {
