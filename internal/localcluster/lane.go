@@ -35,6 +35,8 @@ import (
 const (
 	ContainerdVersion = "v2.4.2"
 	CoreDNSVersion    = "v1.14.7"
+	// NetworkPoliciesVersion is kube-network-policies', the NetworkPolicy agent of kind.
+	NetworkPoliciesVersion = "v0.8.0"
 )
 
 // RuntimeContainerd names the real-node lane (up --runtime=containerd).
@@ -67,8 +69,10 @@ type LaneOptions struct {
 type LaneBinaries struct {
 	Containerd string // containerd, ctr, containerd-shim-runc-v2
 	CoreDNS    string // coredns
-	Runc       string
-	Helm       string
+	// NetworkPolicies is the kube-network-policies binary.
+	NetworkPolicies string
+	Runc            string
+	Helm            string
 }
 
 // LocateLaneBinaries returns where hack/build-node.sh puts the lane's binaries, and the
@@ -76,9 +80,10 @@ type LaneBinaries struct {
 func LocateLaneBinaries(root string) (LaneBinaries, []string) {
 	var missing []string
 	b := LaneBinaries{
-		Containerd: filepath.Join(root, "bin", "containerd", ContainerdVersion),
-		CoreDNS:    filepath.Join(root, "bin", "coredns", CoreDNSVersion),
-		Runc:       "/usr/sbin/runc",
+		Containerd:      filepath.Join(root, "bin", "containerd", ContainerdVersion),
+		CoreDNS:         filepath.Join(root, "bin", "coredns", CoreDNSVersion),
+		NetworkPolicies: filepath.Join(root, "bin", "kube-network-policies", NetworkPoliciesVersion, "kube-network-policies"),
+		Runc:            "/usr/sbin/runc",
 	}
 	// hack/build-helm.sh puts helm into bin/helm/<version>/.
 	if found, _ := filepath.Glob(filepath.Join(root, "bin", "helm", "v*", "helm")); len(found) > 0 {
@@ -97,11 +102,14 @@ func LocateLaneBinaries(root string) (LaneBinaries, []string) {
 	check(filepath.Join(b.Containerd, "containerd"), "hack/build-node.sh")
 	check(filepath.Join(b.Containerd, "containerd-shim-runc-v2"), "hack/build-node.sh")
 	check(filepath.Join(b.CoreDNS, "coredns"), "hack/build-node.sh")
+	check(b.NetworkPolicies, "hack/build-node.sh")
 	check(b.Runc, "Debian's runc: hack/build-node.sh installs it")
 	check("/usr/lib/cni/bridge", "Debian's containernetworking-plugins: hack/build-node.sh installs it")
 	check("/usr/lib/cni/host-local", "Debian's containernetworking-plugins: hack/build-node.sh installs it")
-	if _, err := exec.LookPath("iptables"); err != nil {
-		missing = append(missing, "iptables (Debian's iptables: hack/build-node.sh installs it)")
+	for cmd, pkg := range map[string]string{"iptables": "iptables", "nft": "nftables"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			missing = append(missing, cmd+" (Debian's "+pkg+": hack/build-node.sh installs it)")
+		}
 	}
 	return b, missing
 }
@@ -149,6 +157,9 @@ type Lane struct {
 
 	mu    sync.Mutex
 	nodes map[int]*realnode.NodeProcess
+
+	// mountpoints are the machine folders the lane created for the nodes' mounts.
+	mountpoints []string
 
 	aux     []*controlplane.Process // CoreDNS, the lane's own kube-proxy
 	auxStop context.CancelFunc
@@ -258,6 +269,9 @@ func UpLane(ctx context.Context, opts LaneOptions) (l *Lane, err error) {
 	}
 	step("CRDs, StorageClass and CoreDNS")
 
+	if l.mountpoints, err = realnode.PrepareMountpoints(); err != nil {
+		return l, fmt.Errorf("failed to create the nodes' mount points: %w", err)
+	}
 	for i := 1; i <= opts.Nodes; i++ {
 		if err := l.startNode(i); err != nil {
 			return l, err
@@ -407,6 +421,10 @@ func (l *Lane) nodeConfig(i int) realnode.NodeConfig {
 		Runc:             l.bins.Runc,
 		Images:           l.images,
 		Zone:             zoneName(i - 1),
+		NetworkPolicies:  l.bins.NetworkPolicies,
+		APIServer:        strings.TrimPrefix(l.cp.RESTConfig.Host, "https://"),
+		Token:            l.cp.RESTConfig.BearerToken,
+		CA:               string(l.cp.RESTConfig.TLSClientConfig.CAData),
 	}
 }
 
@@ -568,6 +586,7 @@ func (l *Lane) Stop() {
 		if l.cp != nil {
 			l.cp.Stop()
 		}
+		realnode.RemoveMountpoints(l.mountpoints)
 		if err := realnode.RemoveLaneCgroup(l.opts.Dir); err != nil {
 			l.log.Error(err, "failed to remove the lane's cgroups")
 		}

@@ -343,7 +343,7 @@ func TestBackupToMinIOAndRestoreOnRealNodes(t *testing.T) {
 	srcCreds := s3CredentialsSecret(t, src, s3)
 	if err := k8s.Create(context.Background(), &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: src, Name: name},
-		Spec:       v1alpha1.EtcdClusterSpec{Replicas: ptrTo[int32](3), Version: version, TLS: secure()},
+		Spec:       v1alpha1.EtcdClusterSpec{Replicas: ptrTo[int32](3), Version: version, TLS: secure(), NetworkPolicy: laneHostAllowed()},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestBackupToMinIOAndRestoreOnRealNodes(t *testing.T) {
 	restoreStart := time.Now()
 	if err := k8s.Create(context.Background(), &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: dst, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo[int32](3), Version: version, TLS: secure(),
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo[int32](3), Version: version, TLS: secure(), NetworkPolicy: laneHostAllowed(),
 			Bootstrap: &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{
 				S3:          v1alpha1.S3Destination{Endpoint: s3.endpoint, Bucket: s3.bucket, CredentialsSecret: dstCreds},
 				Key:         key,

@@ -108,7 +108,8 @@ func TestNetworkFaults(t *testing.T) {
 			Version:  "3.6.16",
 			TLS:      &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
 			// A member behind a fault is not lost: nothing may be replaced during these.
-			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 30 * time.Minute}},
+			Membership:    v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 30 * time.Minute}},
+			NetworkPolicy: laneHostAllowed(),
 		},
 	}
 	if err := k8s.Create(tctx(t), c); err != nil {

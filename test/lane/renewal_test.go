@@ -68,6 +68,7 @@ func TestCertificateRenewalThroughTheKubelet(t *testing.T) {
 				RenewBefore:         &metav1.Duration{Duration: 9*time.Minute + 40*time.Second},
 				Client:              &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}},
 			},
+			NetworkPolicy: laneHostAllowed(),
 		},
 	}
 	if err := k8s.Create(tctx(t), c); err != nil {

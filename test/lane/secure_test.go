@@ -250,7 +250,8 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 			TLS:      &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
 			Auth:     &v1alpha1.AuthSpec{Enabled: true},
 			// A member lost with its node is replaced 10 s after the node goes NotReady.
-			Membership: v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}},
+			Membership:    v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}},
+			NetworkPolicy: laneHostAllowed(),
 		},
 	}
 	created := time.Now()

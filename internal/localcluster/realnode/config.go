@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -160,6 +161,42 @@ func Corefile(kubeconfig string) string {
 var nodePaths = []string{
 	"/var/lib/containerd", "/run/containerd", "/var/lib/kubelet", "/var/log/pods",
 	"/var/log/containers", "/var/lib/cni", "/run/netns",
+	// The network policy agent's in-cluster credentials (see RunNode).
+	serviceAccountDir,
+}
+
+// serviceAccountDir is where a process finds its in-cluster credentials.
+const serviceAccountDir = "/run/secrets/kubernetes.io/serviceaccount"
+
+// PrepareMountpoints creates the machine folders the nodes mount over that do not exist yet,
+// and returns them (parents first), for RemoveMountpoints once the nodes are gone: the nodes'
+// copies are mounted in their own namespaces, but a mount point must exist on the machine.
+func PrepareMountpoints() ([]string, error) {
+	var created []string
+	for _, p := range nodePaths {
+		var missing []string
+		for d := p; d != "/"; d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); err == nil {
+				break
+			}
+			missing = append([]string{d}, missing...)
+		}
+		for _, d := range missing {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return created, err
+			}
+			created = append(created, d)
+		}
+	}
+	return created, nil
+}
+
+// RemoveMountpoints removes the folders PrepareMountpoints created, deepest first, each only
+// if it is empty.
+func RemoveMountpoints(created []string) {
+	for i := len(created) - 1; i >= 0; i-- {
+		_ = os.Remove(created[i])
+	}
 }
 
 // kubeletSysctls are the machine-wide settings the kubelet writes at start; each node
