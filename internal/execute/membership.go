@@ -313,6 +313,7 @@ func ignoreGone(err error) error {
 // etcdStep carries out the steps that call etcd.
 func (x *Executor) etcdStep(ctx context.Context, t render.Topology, mo membership.Observation, a plan.Step) error {
 	var endpoints []string
+	leaderURL := ""
 	for _, m := range mo.Etcd.Cluster.Members {
 		// A member being removed applies its own removal and stops: a request sent through it
 		// would fail although the removal committed.
@@ -321,7 +322,16 @@ func (x *Executor) etcdStep(ctx context.Context, t render.Topology, mo membershi
 		}
 		if _, ok := mo.Etcd.Status[m.ID]; ok && len(m.ClientURLs) > 0 {
 			endpoints = append(endpoints, m.ClientURLs[0])
+			// etcd refuses a member add on a member connected to a quorum for less than 5 s:
+			// sent through the member promoted a moment ago, the next add would wait for
+			// nothing. The leader has been connected longest.
+			if a.Kind == plan.AddLearner && m.ID == mo.Etcd.Leader() {
+				leaderURL = m.ClientURLs[0]
+			}
 		}
+	}
+	if leaderURL != "" {
+		endpoints = []string{leaderURL}
 	}
 	cl, err := x.Dial(ctx, endpoints, t.TLS)
 	if err != nil {

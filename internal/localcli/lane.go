@@ -28,6 +28,7 @@ type laneArgs struct {
 	root, exe      string
 	operatorBinary string
 	operatorValues []string
+	imageArchives  []string
 }
 
 // dirSet reports whether --dir was given.
@@ -95,6 +96,7 @@ func upLaneInNamespace(ctx context.Context, a laneArgs, stdout, stderr io.Writer
 		Nodes:          a.nodes,
 		Operator:       a.operator,
 		OperatorValues: a.operatorValues,
+		ExtraImages:    a.imageArchives,
 		Binaries:       bins,
 		Executable:     a.exe,
 		OperatorBinary: a.operatorBinary,

@@ -180,7 +180,8 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	operatorBin := fs.String("operator-binary", "", "the operator binary: run as the operator (its manager command) and as the operator's image (default: "+operatorBinaryName+" next to this binary)")
 	var operatorArgs stringList
 	runtime := fs.String("runtime", "", "empty: process nodes (pods as local processes, any user); containerd: the real-node lane (root only): nodes with containerd, runc, a real kubelet and kube-proxy in namespaces of their own, CoreDNS, images built here (default --dir .local-lane)")
-	var operatorValues stringList
+	var operatorValues, imageArchives stringList
+	fs.Var(&imageArchives, "image-archive", "with --runtime=containerd: an image archive (OCI layout in a tar file) every node imports (repeatable)")
 	fs.Var(&operatorValues, "operator-value", "with --runtime=containerd: a --set value for the operator's chart (repeatable)")
 	fs.Var(&operatorArgs, "operator-arg", "an argument added to the operator's (etcd-pilot manager's) in config/default's Deployment, such as --allowed-endpoints=127.0.0.0/8 for a MinIO on this machine (repeatable)")
 	if pos, err := localFlags(fs, args); err != nil {
@@ -218,7 +219,7 @@ func localUp(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 	if *runtime == localcluster.RuntimeContainerd {
 		return localUpLane(ctx, laneArgs{
 			args: args, dir: dir, dirFlag: *dirFlag, nodes: *nodes, operator: *operator, verbose: *verbose,
-			root: root, exe: exe, operatorBinary: opBin, operatorValues: operatorValues,
+			root: root, exe: exe, operatorBinary: opBin, operatorValues: operatorValues, imageArchives: imageArchives,
 		}, stdout, stderr)
 	}
 	if os.Getenv(localcluster.InNamespaceEnv) == "1" {

@@ -57,7 +57,10 @@ type LaneOptions struct {
 	Operator bool
 	// OperatorValues are further --set values for the operator's chart.
 	OperatorValues []string
-	Binaries       Binaries
+	// ExtraImages are further image archives (OCI layouts in tar files) every node imports,
+	// such as another operator's image for a comparison.
+	ExtraImages []string
+	Binaries    Binaries
 	// Executable is etcd-pilot-local: the nodes run its LaneNodeCommand, and its pause
 	// command is the pods' sandbox image.
 	Executable     string
@@ -230,6 +233,7 @@ func UpLane(ctx context.Context, opts LaneOptions) (l *Lane, err error) {
 	if l.images, err = buildLaneImages(opts); err != nil {
 		return l, err
 	}
+	l.images = append(l.images, opts.ExtraImages...)
 	step(fmt.Sprintf("%d images built", len(l.images)))
 
 	l.cp, err = controlplane.Start(ctx, controlplane.Config{

@@ -8,6 +8,7 @@ package lane
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +45,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	var err error
 	wd, _ := os.Getwd()
 	if root, err = repo.FindRoot(wd); err != nil {
@@ -75,8 +77,24 @@ func outside() int {
 	// The backup scenario's MinIO listens on the lane's bridge over plain HTTP, which the
 	// operator's outbound policy refuses by default: the lane allows it, explicitly, as an
 	// administrator would, and narrows what a tenant may name to the bridge's range.
-	up := exec.Command(localBin, "up", "--runtime=containerd", "--dir", laneDir, "-v",
-		"--operator-value=outbound.allowedEndpoints={10.200.0.0/24}", "--operator-value=outbound.allowInsecureEndpoints=true")
+	args := []string{"up", "--runtime=containerd", "--dir", laneDir, "-v",
+		"--operator-value=outbound.allowedEndpoints={10.200.0.0/24}", "--operator-value=outbound.allowInsecureEndpoints=true"}
+	if *peerBin != "" {
+		// The comparison's other operator runs from an image the nodes import at start.
+		tmp, err := os.MkdirTemp("", "etcd-pilot-lane-peer-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		archive, err := peerArchive(tmp)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		args = append(args, "--image-archive="+archive)
+	}
+	up := exec.Command(localBin, args...)
 	up.Dir = root
 	up.Stderr = os.Stderr
 	stdout, err := up.StdoutPipe()
