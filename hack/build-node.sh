@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
 # Builds and installs what the real-node lane (etcd-pilot-local up --runtime=containerd) needs
 # beyond the control plane: the kubelet and kube-proxy (hack/build-kube.sh), containerd with
-# ctr and its runc shim, CoreDNS and kube-network-policies (the NetworkPolicy agent), from their
-# Go modules into bin/; runc, the CNI plugins, iptables, nftables and conntrack from Debian's
-# packages (apt-get, as root, when missing).
+# ctr and its runc shim, and CoreDNS, from their Go modules into bin/; runc, the CNI plugins,
+# iptables and conntrack from Debian's packages (apt-get, as root, when missing).
 # Cached: what is already there is not built or installed again.
 # Usage: hack/build-node.sh      Progress goes to stderr; stdout carries only bin/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 containerd_version=v2.4.2
 coredns_version=v1.14.7
-netpol_version=v0.8.0
 
 "$root/hack/build-kube.sh" kubelet kube-proxy kube-apiserver kube-controller-manager kube-scheduler kubectl >/dev/null
 
@@ -41,14 +39,6 @@ if ! [ -x "$dns_out/coredns" ]; then
     "github.com/coredns/coredns@$coredns_version"
 fi
 
-# kind's NetworkPolicy agent; its main package is cmd/, so the binary is renamed.
-np_out="$root/bin/kube-network-policies/$netpol_version"
-if ! [ -x "$np_out/kube-network-policies" ]; then
-  CGO_ENABLED=0 build "$np_out" "kube-network-policies $netpol_version" -trimpath -ldflags "-s -w" \
-    "sigs.k8s.io/kube-network-policies/cmd@$netpol_version"
-  mv "$np_out/cmd" "$np_out/kube-network-policies"
-fi
-
 # Debian's packages: runc (crun fails on this kind's hybrid cgroups), the bridge and host-local
 # CNI plugins, and the tools kube-proxy runs.
 need=()
@@ -56,7 +46,6 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
-command -v nft >/dev/null || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "the real-node lane needs Debian's ${need[*]}: install them as root (apt-get install ${need[*]})" >&2

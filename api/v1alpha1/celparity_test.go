@@ -129,6 +129,8 @@ func parityRows() []parityRow {
 			parityRow{path: p, message: "ipBlock cannot be combined with namespaceSelector or podSelector", spec: np(`{"podSelector":{},"ipBlock":{"cidr":"10.0.0.0/8"}}`), noGo: whyNetpol},
 			parityRow{path: p + ".ipBlock", message: "ipBlock.except: each entry must be a CIDR strictly inside", spec: np(`{"ipBlock":{"cidr":"10.0.0.0/16","except":["10.1.0.0/24"]}}`), noGo: whyNetpol},
 			parityRow{path: p + ".ipBlock.cidr", message: "ipBlock.cidr must be a CIDR", spec: np(`{"ipBlock":{"cidr":"10.0.0.0"}}`), noGo: whyNetpol},
+			parityRow{path: p + ".ipBlock.cidr", message: "ipBlock.cidr must be in canonical form", spec: np(`{"ipBlock":{"cidr":"10.200.0.1/24"}}`), noGo: whyNetpol},
+			parityRow{path: p + ".ipBlock", message: "ipBlock.except: each entry must be in canonical form", spec: np(`{"ipBlock":{"cidr":"10.0.0.0/16","except":["10.0.1.7/24"]}}`), noGo: whyNetpol},
 			parityRow{path: p + ".namespaceSelector.matchExpressions[]", message: "matchExpressions: operators In and NotIn need values", spec: np(`{"namespaceSelector":{"matchExpressions":[{"key":"k","operator":"In"}]}}`), noGo: whyNetpol},
 			parityRow{path: p + ".podSelector.matchExpressions[]", message: "matchExpressions: operators In and NotIn need values", spec: np(`{"podSelector":{"matchExpressions":[{"key":"k","operator":"Exists","values":["v"]}]}}`), noGo: whyNetpol},
 		)

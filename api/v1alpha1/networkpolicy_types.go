@@ -66,10 +66,12 @@ type NetworkPolicyPeer struct {
 
 // IPBlock is a CIDR, minus the CIDRs in Except.
 // +kubebuilder:validation:XValidation:rule="!has(self.except) || !isCIDR(self.cidr) || self.except.all(e, isCIDR(e) && cidr(self.cidr).containsCIDR(e) && cidr(e).prefixLength() > cidr(self.cidr).prefixLength())",message="ipBlock.except: each entry must be a CIDR strictly inside ipBlock.cidr"
+// +kubebuilder:validation:XValidation:rule="!has(self.except) || self.except.all(e, !isCIDR(e) || string(cidr(e).masked()) == e)",message="ipBlock.except: each entry must be in canonical form, the network's first address with no bits set past the prefix (10.200.1.0/24, not 10.200.1.7/24): the NetworkPolicy API refuses any other"
 type IPBlock struct {
 	// CIDR is an IPv4 or IPv6 range, for example 10.0.0.0/16 or 2001:db8::/64.
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="ipBlock.cidr must be a CIDR such as 10.0.0.0/16 or 2001:db8::/64"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || string(cidr(self).masked()) == self",message="ipBlock.cidr must be in canonical form, the network's first address with no bits set past the prefix (10.200.0.0/24, not 10.200.0.1/24): the NetworkPolicy API refuses any other"
 	CIDR string `json:"cidr"`
 
 	// Except are ranges inside CIDR that are not allowed.

@@ -45,6 +45,13 @@ func TestNetworkPolicyAdmission(t *testing.T) {
 			wantErr: []string{"ipBlock cannot be combined"}},
 		{name: "address without a prefix refused", spec: np(v1alpha1.NetworkPolicyPeer{IPBlock: &v1alpha1.IPBlock{CIDR: "10.0.0.1"}}),
 			wantErr: []string{"ipBlock.cidr must be a CIDR"}},
+		// The NetworkPolicy API refuses these, which would leave the cluster Stalled on an
+		// object it cannot apply (found on the real-node lane).
+		{name: "CIDR with host bits refused", spec: np(v1alpha1.NetworkPolicyPeer{IPBlock: &v1alpha1.IPBlock{CIDR: "10.200.0.1/24"}}),
+			wantErr: []string{"ipBlock.cidr must be in canonical form", "10.200.0.0/24"}},
+		{name: "except with host bits refused", spec: np(v1alpha1.NetworkPolicyPeer{IPBlock: &v1alpha1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.1.7/24"}}}),
+			wantErr: []string{"ipBlock.except: each entry must be in canonical form"}},
+		{name: "canonical IPv6 accepted", spec: np(v1alpha1.NetworkPolicyPeer{IPBlock: &v1alpha1.IPBlock{CIDR: "2001:db8::/64", Except: []string{"2001:db8::/96"}}})},
 		{name: "except outside the CIDR refused", spec: np(v1alpha1.NetworkPolicyPeer{IPBlock: &v1alpha1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.1.0.0/24"}}}),
 			wantErr: []string{"strictly inside ipBlock.cidr"}},
 		{name: "except equal to the CIDR refused", spec: np(v1alpha1.NetworkPolicyPeer{IPBlock: &v1alpha1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.0.0/16"}}}),

@@ -35,8 +35,6 @@ import (
 const (
 	ContainerdVersion = "v2.4.2"
 	CoreDNSVersion    = "v1.14.7"
-	// NetworkPoliciesVersion is kube-network-policies', the NetworkPolicy agent of kind.
-	NetworkPoliciesVersion = "v0.8.0"
 )
 
 // RuntimeContainerd names the real-node lane (up --runtime=containerd).
@@ -72,10 +70,8 @@ type LaneOptions struct {
 type LaneBinaries struct {
 	Containerd string // containerd, ctr, containerd-shim-runc-v2
 	CoreDNS    string // coredns
-	// NetworkPolicies is the kube-network-policies binary.
-	NetworkPolicies string
-	Runc            string
-	Helm            string
+	Runc       string
+	Helm       string
 }
 
 // LocateLaneBinaries returns where hack/build-node.sh puts the lane's binaries, and the
@@ -83,10 +79,9 @@ type LaneBinaries struct {
 func LocateLaneBinaries(root string) (LaneBinaries, []string) {
 	var missing []string
 	b := LaneBinaries{
-		Containerd:      filepath.Join(root, "bin", "containerd", ContainerdVersion),
-		CoreDNS:         filepath.Join(root, "bin", "coredns", CoreDNSVersion),
-		NetworkPolicies: filepath.Join(root, "bin", "kube-network-policies", NetworkPoliciesVersion, "kube-network-policies"),
-		Runc:            "/usr/sbin/runc",
+		Containerd: filepath.Join(root, "bin", "containerd", ContainerdVersion),
+		CoreDNS:    filepath.Join(root, "bin", "coredns", CoreDNSVersion),
+		Runc:       "/usr/sbin/runc",
 	}
 	// hack/build-helm.sh puts helm into bin/helm/<version>/.
 	if found, _ := filepath.Glob(filepath.Join(root, "bin", "helm", "v*", "helm")); len(found) > 0 {
@@ -105,11 +100,10 @@ func LocateLaneBinaries(root string) (LaneBinaries, []string) {
 	check(filepath.Join(b.Containerd, "containerd"), "hack/build-node.sh")
 	check(filepath.Join(b.Containerd, "containerd-shim-runc-v2"), "hack/build-node.sh")
 	check(filepath.Join(b.CoreDNS, "coredns"), "hack/build-node.sh")
-	check(b.NetworkPolicies, "hack/build-node.sh")
 	check(b.Runc, "Debian's runc: hack/build-node.sh installs it")
 	check("/usr/lib/cni/bridge", "Debian's containernetworking-plugins: hack/build-node.sh installs it")
 	check("/usr/lib/cni/host-local", "Debian's containernetworking-plugins: hack/build-node.sh installs it")
-	for cmd, pkg := range map[string]string{"iptables": "iptables", "nft": "nftables"} {
+	for cmd, pkg := range map[string]string{"iptables": "iptables"} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			missing = append(missing, cmd+" (Debian's "+pkg+": hack/build-node.sh installs it)")
 		}
@@ -425,10 +419,6 @@ func (l *Lane) nodeConfig(i int) realnode.NodeConfig {
 		Runc:             l.bins.Runc,
 		Images:           l.images,
 		Zone:             zoneName(i - 1),
-		NetworkPolicies:  l.bins.NetworkPolicies,
-		APIServer:        strings.TrimPrefix(l.cp.RESTConfig.Host, "https://"),
-		Token:            l.cp.RESTConfig.BearerToken,
-		CA:               string(l.cp.RESTConfig.TLSClientConfig.CAData),
 	}
 }
 

@@ -161,12 +161,7 @@ func Corefile(kubeconfig string) string {
 var nodePaths = []string{
 	"/var/lib/containerd", "/run/containerd", "/var/lib/kubelet", "/var/log/pods",
 	"/var/log/containers", "/var/lib/cni", "/run/netns",
-	// The network policy agent's in-cluster credentials (see RunNode).
-	serviceAccountDir,
 }
-
-// serviceAccountDir is where a process finds its in-cluster credentials.
-const serviceAccountDir = "/run/secrets/kubernetes.io/serviceaccount"
 
 // PrepareMountpoints creates the machine folders the nodes mount over that do not exist yet,
 // and returns them (parents first), for RemoveMountpoints once the nodes are gone: the nodes'

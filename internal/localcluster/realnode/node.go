@@ -33,12 +33,6 @@ type NodeConfig struct {
 	Images []string `json:"images"`
 	// Zone is the node's topology.kubernetes.io/zone.
 	Zone string `json:"zone"`
-	// NetworkPolicies is the NetworkPolicy agent's binary (kube-network-policies), run with
-	// in-cluster credentials: APIServer (host:port), Token and CA (PEM).
-	NetworkPolicies string `json:"networkPolicies"`
-	APIServer       string `json:"apiServer"`
-	Token           string `json:"token"`
-	CA              string `json:"ca"`
 }
 
 // nodeStartTimeout bounds a node's start up to its kubelet's start.
@@ -181,13 +175,6 @@ func RunNode(ctx context.Context) (err error) {
 	if err := setUpNodeMounts(dir); err != nil {
 		return err
 	}
-	// The NetworkPolicy agent runs as a process of the node with what a pod's service account
-	// mount gives (kube-network-policies reads only the in-cluster configuration).
-	for f, content := range map[string]string{"token": cfg.Token, "ca.crt": cfg.CA} {
-		if err := os.WriteFile(filepath.Join(serviceAccountDir, f), []byte(content), 0o600); err != nil {
-			return err
-		}
-	}
 	cniConf := filepath.Join(dir, "cni-conf")
 	if err := os.MkdirAll(cniConf, 0o755); err != nil {
 		return err
@@ -269,18 +256,6 @@ func RunNode(ctx context.Context) (err error) {
 		return err
 	}
 	procs = append(procs, proxy)
-	host, port, _ := strings.Cut(cfg.APIServer, ":")
-	policies, err := controlplane.StartProcess(name+"-network-policies", cfg.NetworkPolicies, []string{
-		"--hostname-override=" + name,
-		"--metrics-bind-address=127.0.0.1:9080",
-		// containerd's NRI is off on the lane: the agent learns pod addresses from the API.
-		"--disable-nri",
-	}, []string{pathEnv, "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port},
-		filepath.Join(logs, name+"-network-policies.log"), false)
-	if err != nil {
-		return err
-	}
-	procs = append(procs, policies)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -290,8 +265,6 @@ func RunNode(ctx context.Context) (err error) {
 		return fmt.Errorf("the kubelet exited: %v (see %s)", kubelet.Err(), kubelet.LogPath)
 	case <-proxy.Done():
 		return fmt.Errorf("kube-proxy exited: %v (see %s)", proxy.Err(), proxy.LogPath)
-	case <-policies.Done():
-		return fmt.Errorf("the NetworkPolicy agent exited: %v (see %s)", policies.Err(), policies.LogPath)
 	}
 }
 
