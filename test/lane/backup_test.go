@@ -8,21 +8,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,165 +24,14 @@ import (
 
 	v1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/realnode"
+	"github.com/etcd-pilot/etcd-pilot/internal/testutil/minio"
 )
 
-// s3Server is a MinIO server the test runs beside the lane, on the lane's bridge, with one
-// empty bucket.
-type s3Server struct {
-	endpoint             string // http://10.200.0.1:<port>
-	accessKey, secretKey string
-	bucket               string
-}
-
-// client is a minio-go client with the root user's credentials, for what the operator does
-// not do itself: creating the bucket, reading back what it stored.
-func (s *s3Server) client(t *testing.T) *miniogo.Client {
-	t.Helper()
-	c, err := miniogo.New(strings.TrimPrefix(s.endpoint, "http://"), &miniogo.Options{
-		Creds: credentials.NewStaticV4(s.accessKey, s.secretKey, ""),
-	})
-	if err != nil {
-		t.Fatalf("failed to create an S3 client for %s: %v", s.endpoint, err)
-	}
-	return c
-}
-
-// lockedBuffer collects a child process's output, written from its own goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// startMinIO runs the MinIO server hack/build-minio.sh builds, listening on the lane's bridge
-// address so the operator's pod and the restore pods reach it as they would reach a store
-// outside the cluster, with its data under t.TempDir(); it creates the bucket and stops the
-// server when the test ends. The test runs inside the lane's network namespace, where the
-// bridge address is local.
-func startMinIO(t *testing.T) *s3Server {
-	t.Helper()
-	// The script prints the cached binary's path at once; a first build needs the module
-	// proxy, which the lane's network does not reach, so it says what to run instead.
-	script := exec.Command(filepath.Join(root, "hack", "build-minio.sh"))
-	var stderr bytes.Buffer
-	script.Stderr = &stderr
-	out, err := script.Output()
-	if err != nil {
-		t.Fatalf("hack/build-minio.sh: %v: %s (run it once outside the lane to build bin/minio)", err, stderr.String())
-	}
-	bin := strings.TrimSpace(string(out))
-	s := &s3Server{accessKey: "lane-backup", secretKey: "lane-backup-secret", bucket: "lane-backups"}
-	data := t.TempDir()
-
-	// MinIO binds its port itself, so one found free here can be taken before it does; then it
-	// exits early and the next attempt takes another port.
-	var (
-		cmd    *exec.Cmd
-		output *lockedBuffer
-		exited chan error
-	)
-	for attempt := 1; ; attempt++ {
-		addr, console := freeBridgeAddr(t), freeBridgeAddr(t)
-		s.endpoint = "http://" + addr
-		output = &lockedBuffer{}
-		cmd = exec.Command(bin, "server", data, "--address", addr, "--console-address", console, "--quiet")
-		cmd.Env = append(os.Environ(),
-			"MINIO_ROOT_USER="+s.accessKey,
-			"MINIO_ROOT_PASSWORD="+s.secretKey,
-			"MINIO_BROWSER=off",
-			"MINIO_UPDATE=off",
-			"MINIO_CI_CD=1", // no colors, no prompts
-		)
-		cmd.Stdout, cmd.Stderr = output, output
-		// Its own process group, so that stopping it stops whatever it started.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("failed to start %s: %v", bin, err)
-		}
-		exited = make(chan error, 1)
-		go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(cmd, exited)
-		err := waitMinIOReady(s.endpoint, exited)
-		if err == nil {
-			break
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-		if attempt == 3 {
-			t.Fatalf("MinIO did not become ready at %s: %v\n%s", s.endpoint, err, output.String())
-		}
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("MinIO output:\n%s", output.String())
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.client(t).MakeBucket(ctx, s.bucket, miniogo.MakeBucketOptions{}); err != nil {
-		t.Fatalf("failed to create bucket %s: %v", s.bucket, err)
-	}
-	return s
-}
-
-// freeBridgeAddr returns an address on the lane's bridge whose port was free a moment ago.
-func freeBridgeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(realnode.BridgeIP, "0"))
-	if err != nil {
-		t.Fatalf("failed to find a free port on %s: %v", realnode.BridgeIP, err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitMinIOReady polls MinIO's readiness endpoint until it answers 200, the server exits, or a
-// minute passes.
-func waitMinIOReady(endpoint string, exited <-chan error) error {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(time.Minute)
-	var last error
-	for time.Now().Before(deadline) {
-		resp, err := hc.Get(endpoint + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("readiness: %s", resp.Status)
-		}
-		last = err
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the server exited: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("not ready within a minute: %w", last)
-}
-
 // s3CredentialsSecret stores the server's credentials in ns under the keys the operator reads.
-func s3CredentialsSecret(t *testing.T, ns string, s *s3Server) v1alpha1.SecretReference {
+func s3CredentialsSecret(t *testing.T, ns string, s *minio.Server) v1alpha1.SecretReference {
 	t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
-		StringData: map[string]string{"accessKeyID": s.accessKey, "secretAccessKey": s.secretKey}}
+		StringData: map[string]string{"accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey}}
 	if err := k8s.Create(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
@@ -332,8 +175,8 @@ func TestBackupToMinIOAndRestoreOnRealNodes(t *testing.T) {
 		keys, valueSize = 3000, 4096
 	)
 	requireOutboundPolicy(t)
-	s3 := startMinIO(t)
-	t.Logf("MinIO at %s", s3.endpoint)
+	s3 := minio.StartOn(t, realnode.BridgeIP)
+	t.Logf("MinIO at %s", s3.Endpoint)
 	secure := func() *v1alpha1.TLSSpec {
 		return &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}}
 	}
@@ -386,7 +229,7 @@ func TestBackupToMinIOAndRestoreOnRealNodes(t *testing.T) {
 	// A one-shot backup with its own destination, as the README's "Backups" section shows.
 	b := &v1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: src, Name: "before-restore"},
 		Spec: v1alpha1.EtcdBackupSpec{ClusterName: name, Destination: &v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{
-			Endpoint: s3.endpoint, Bucket: s3.bucket, Prefix: "lane/" + src, CredentialsSecret: srcCreds,
+			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: "lane/" + src, CredentialsSecret: srcCreds,
 		}}}}
 	backupStart := time.Now()
 	if err := k8s.Create(context.Background(), b); err != nil {
@@ -415,12 +258,12 @@ func TestBackupToMinIOAndRestoreOnRealNodes(t *testing.T) {
 
 	// The stored object, read back from MinIO: present, not empty, an intact etcd snapshot,
 	// and the bytes the backup's status describes.
-	loc := "s3://" + s3.bucket + "/"
+	loc := "s3://" + s3.Bucket + "/"
 	if !strings.HasPrefix(b.Status.Location, loc) {
-		t.Fatalf("backup location %q is not in bucket %s", b.Status.Location, s3.bucket)
+		t.Fatalf("backup location %q is not in bucket %s", b.Status.Location, s3.Bucket)
 	}
 	key := strings.TrimPrefix(b.Status.Location, loc)
-	obj, err := s3.client(t).GetObject(context.Background(), s3.bucket, key, miniogo.GetObjectOptions{})
+	obj, err := s3.Client(t).GetObject(context.Background(), s3.Bucket, key, miniogo.GetObjectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +298,7 @@ func TestBackupToMinIOAndRestoreOnRealNodes(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: dst, Name: name},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: ptrTo[int32](3), Version: version, TLS: secure(), NetworkPolicy: laneHostAllowed(),
 			Bootstrap: &v1alpha1.BootstrapSpec{FromObject: &v1alpha1.SnapshotObject{
-				S3:          v1alpha1.S3Destination{Endpoint: s3.endpoint, Bucket: s3.bucket, CredentialsSecret: dstCreds},
+				S3:          v1alpha1.S3Destination{Endpoint: s3.Endpoint, Bucket: s3.Bucket, CredentialsSecret: dstCreds},
 				Key:         key,
 				EtcdVersion: b.Status.EtcdVersion,
 				SHA256:      b.Status.SHA256,

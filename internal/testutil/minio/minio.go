@@ -31,7 +31,7 @@ const (
 
 // Server is one running MinIO server with one empty bucket.
 type Server struct {
-	// Endpoint is the server's URL, http://127.0.0.1:<port>.
+	// Endpoint is the server's URL, http://127.0.0.1:<port> (or the host StartOn names).
 	Endpoint string
 	// AccessKey and SecretKey are the root user's credentials.
 	AccessKey string
@@ -45,6 +45,13 @@ type Server struct {
 // It fails the test when the binary is missing: run `make tools` or hack/build-minio.sh.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartOn(t, "127.0.0.1")
+}
+
+// StartOn is Start on free ports of host, a local address (the real-node lane's bridge, which
+// its pods reach as a store outside the cluster).
+func StartOn(t testing.TB, host string) *Server {
+	t.Helper()
 	bin := binary(t)
 	s := &Server{AccessKey: "etcd-pilot-test", SecretKey: "etcd-pilot-test-secret", Bucket: "backups"}
 	data := t.TempDir()
@@ -54,7 +61,7 @@ func Start(t testing.TB) *Server {
 	var p *proc
 	var out *testutil.SyncBuffer
 	for attempt := 1; ; attempt++ {
-		addr, console := freeAddr(t), freeAddr(t)
+		addr, console := freeAddr(t, host), freeAddr(t, host)
 		s.Endpoint = "http://" + addr
 		out = &testutil.SyncBuffer{}
 		cmd := exec.Command(bin, "server", data, "--address", addr, "--console-address", console, "--quiet")
@@ -143,9 +150,9 @@ func binary(t testing.TB) string {
 }
 
 // freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t testing.TB) string {
+func freeAddr(t testing.TB, host string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatalf("failed to find a free port: %v", err)
 	}
