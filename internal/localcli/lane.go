@@ -125,33 +125,9 @@ func upLaneInNamespace(ctx context.Context, a laneArgs, stdout, stderr io.Writer
 		}
 		return err
 	}
-	stopping := time.Now()
-	defer func() {
-		l.Stop()
-		fmt.Fprintf(stderr, "real-node lane stopped in %.1fs\n", time.Since(stopping).Seconds())
-	}()
-	ln, err := localcluster.ListenControl(st.Socket)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(st.Socket)
-	serveCtx, stopServing := context.WithCancel(ctx)
-	defer stopServing()
-	go func() {
-		if err := localcluster.ServeControl(serveCtx, ln, l); err != nil {
-			fmt.Fprintln(stderr, err)
-		}
-	}()
-	fmt.Fprintf(stdout, "real-node lane ready in %.1fs: run %s exec --dir %s -- kubectl get nodes,pods -A (commands run in the lane's network, with its DNS)\n",
+	ready := fmt.Sprintf("real-node lane ready in %.1fs: run %s exec --dir %s -- kubectl get nodes,pods -A (commands run in the lane's network, with its DNS)",
 		time.Since(start).Seconds(), os.Args[0], a.dirFlag)
-	select {
-	case <-ctx.Done():
-		stopping = time.Now()
-		return nil
-	case err := <-l.Failed():
-		stopping = time.Now()
-		return fmt.Errorf("stopping the lane: %w (logs in %s)", err, filepath.Join(a.dirFlag, "logs"))
-	}
+	return serveUntilDone(ctx, st, l, "real-node lane", ready, filepath.Join(a.dirFlag, "logs"), stdout, stderr)
 }
 
 // laneNode runs one node of the lane until SIGTERM.

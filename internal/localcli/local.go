@@ -340,10 +340,26 @@ func upInNamespace(ctx context.Context, opts localcluster.Options, dirFlag strin
 		}
 		return err
 	}
+	kubeconfig := filepath.Join(dirFlag, "kubeconfig")
+	ready := fmt.Sprintf("local cluster ready in %.1fs: export KUBECONFIG=%s, or run: %s exec%s -- kubectl get etcdc,pods",
+		time.Since(start).Seconds(), kubeconfig, os.Args[0], dirArg(dirFlag))
+	return serveUntilDone(ctx, st, c, "local cluster", ready, filepath.Join(dirFlag, "logs"), stdout, stderr)
+}
+
+// running is a started cluster, the process nodes' or the real-node lane.
+type running interface {
+	localcluster.Controller
+	Stop()
+	Failed() <-chan error
+}
+
+// serveUntilDone serves c's control socket (st.Socket), prints ready, and waits until ctx
+// ends or a part of c fails; then it stops c and says how long that took.
+func serveUntilDone(ctx context.Context, st *localcluster.State, c running, name, ready, logs string, stdout, stderr io.Writer) error {
 	stopping := time.Now()
 	defer func() {
 		c.Stop()
-		fmt.Fprintf(stderr, "local cluster stopped in %.1fs\n", time.Since(stopping).Seconds())
+		fmt.Fprintf(stderr, "%s stopped in %.1fs\n", name, time.Since(stopping).Seconds())
 	}()
 	l, err := localcluster.ListenControl(st.Socket)
 	if err != nil {
@@ -357,18 +373,14 @@ func upInNamespace(ctx context.Context, opts localcluster.Options, dirFlag strin
 			fmt.Fprintln(stderr, err)
 		}
 	}()
-
-	kubeconfig := filepath.Join(dirFlag, "kubeconfig")
-	fmt.Fprintf(stdout, "local cluster ready in %.1fs: export KUBECONFIG=%s, or run: %s exec%s -- kubectl get etcdc,pods\n",
-		time.Since(start).Seconds(), kubeconfig, os.Args[0], dirArg(dirFlag))
-
+	fmt.Fprintln(stdout, ready)
 	select {
 	case <-ctx.Done():
 		stopping = time.Now()
 		return nil
 	case err := <-c.Failed():
 		stopping = time.Now()
-		return fmt.Errorf("stopping the local cluster: %w (logs in %s)", err, filepath.Join(dirFlag, "logs"))
+		return fmt.Errorf("stopping the %s: %w (logs in %s)", name, err, logs)
 	}
 }
 
