@@ -132,7 +132,7 @@ func TestNetworkFaults(t *testing.T) {
 		old := leaderOf(t, cli, eps)
 		member, node := nodeOfMember(t, ns, name, old)
 		w := startWriter(cli, "/lane/partition")
-		time.Sleep(time.Second)
+		w.waitAcked(t, 50)
 		start := time.Now()
 		if err := netFault(t, realnode.FaultPartition, node); err != nil {
 			t.Fatal(err)
@@ -152,7 +152,10 @@ func TestNetworkFaults(t *testing.T) {
 			return nil
 		})
 		elected := time.Since(start)
-		time.Sleep(30 * time.Second) // past the node's NotReady grace period
+		// The fault is held a fixed time, past the node's NotReady grace period (20 s), so
+		// the operator sees a node gone and must still not replace anything.
+		time.Sleep(30 * time.Second)
+		w.waitAcked(t, 50) // the two members left took writes all along
 		if err := netFault(t, realnode.FaultHeal, node); err != nil {
 			t.Fatal(err)
 		}
@@ -173,11 +176,13 @@ func TestNetworkFaults(t *testing.T) {
 			}
 		}
 		w := startWriter(cli, "/lane/inbound")
-		time.Sleep(time.Second)
+		w.waitAcked(t, 50)
 		if err := netFault(t, realnode.FaultInbound, node); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = netFault(t, realnode.FaultHeal, node) })
+		// The fault is held a fixed time: long enough for elections and the operator's passes to
+		// run into it, short of the node's NotReady grace period.
 		time.Sleep(20 * time.Second)
 		if l := leaderOf(t, cli, eps); l == 0 {
 			t.Fatal("no leader while one follower drops what it receives")
@@ -202,7 +207,7 @@ func TestNetworkFaults(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = netFault(t, realnode.FaultHeal, node) })
 		w := startWriter(cli, "/lane/latency")
-		time.Sleep(15 * time.Second)
+		time.Sleep(15 * time.Second) // the fault is held a fixed time under the writer
 		if err := netFault(t, realnode.FaultHeal, node); err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/realnode"
 	"github.com/etcd-pilot/etcd-pilot/internal/repo"
@@ -201,6 +200,5 @@ func inside(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "the lane's API server does not answer from inside: %v\n", err)
 		return 1
 	}
-	_ = v1alpha1.GroupVersion
 	return m.Run()
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +46,7 @@ func eventually(t *testing.T, timeout, interval time.Duration, what string, f fu
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s: %v", what, timeout, err)
 		}
-		time.Sleep(interval)
+		time.Sleep(interval) // the poll interval of a wait that ends on its condition or timeout
 	}
 }
 
@@ -196,10 +195,28 @@ func startWriter(cli *clientv3.Client, prefix string) *writer {
 				w.failed++
 			}
 			w.mu.Unlock()
+			// The writer's pace: about 100 writes a second, a steady load, not a flood.
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
 	return w
+}
+
+// waitAcked waits until n more writes than now are acknowledged: the writer is under way
+// (before a fault or a change), or still getting writes through (after one).
+func (w *writer) waitAcked(t *testing.T, n int) {
+	t.Helper()
+	w.mu.Lock()
+	target := len(w.acked) + n
+	w.mu.Unlock()
+	eventually(t, time.Minute, 50*time.Millisecond, fmt.Sprintf("%d more acknowledged writes", n), func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.acked) < target {
+			return fmt.Errorf("%d of %d", len(w.acked), target)
+		}
+		return nil
+	})
 }
 
 func (w *writer) Stop() ([]string, int, time.Duration) {
@@ -312,7 +329,7 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 
 	t.Run("UpgradeUnderWrites", func(t *testing.T) {
 		w := startWriter(cli, "/lane/upgrade")
-		time.Sleep(2 * time.Second)
+		w.waitAcked(t, 50)
 		start := time.Now()
 		patch := client.MergeFrom(getCluster(t, ns, name).DeepCopy())
 		up := getCluster(t, ns, name)
@@ -322,7 +339,7 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		}
 		waitAvailable(t, ns, name, 3, "3.7.3", 8*time.Minute)
 		took := time.Since(start)
-		time.Sleep(time.Second)
+		w.waitAcked(t, 50) // writes go through the upgraded members too
 		acked, failed, longest := w.Stop()
 		checkAcked(t, cli, "/lane/upgrade", acked)
 		for _, ep := range memberEndpoints(ns, name, 3) {
@@ -360,7 +377,7 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = exec.Command(localBin, "node", "start", node, "--dir", laneDir).Run() })
 		// The two members left keep quorum: writes go on.
-		time.Sleep(5 * time.Second)
+		w.waitAcked(t, 100)
 		eventually(t, 10*time.Minute, 2*time.Second, fmt.Sprintf("member %s replaced away from stopped node %s", victim, node), func() error {
 			p, err := kube.CoreV1().Pods(ns).Get(context.Background(), victim, metav1.GetOptions{})
 			if err != nil {
@@ -398,7 +415,6 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		t.Logf("member %s replaced after node %s stopped in %.1fs: %d writes acknowledged and all readable, %d failed, longest gap %s",
 			victim, node, took.Seconds(), len(acked), failed, longest.Round(time.Millisecond))
 	})
-	_ = strings.TrimSpace
 }
 
 // tctx is a context for one call to etcd, cancelled when the test ends.

@@ -139,7 +139,7 @@ func waitVoters(cli *clientv3.Client, eps []string, n int, version string, timeo
 		if ok {
 			return time.Since(start)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the sampling interval of the measurement
 	}
 	return 0
 }
@@ -169,7 +169,7 @@ func measure(t *testing.T, ns, name string, create, scale, upgrade func()) figur
 	f.scale = time.Since(start)
 
 	w := startWriter(cli, "/compare/"+ns)
-	time.Sleep(2 * time.Second)
+	w.waitAcked(t, 50)
 	leaders := map[uint64]bool{}
 	last := uint64(0)
 	changes := 0
@@ -186,7 +186,7 @@ func measure(t *testing.T, ns, name string, create, scale, upgrade func()) figur
 		_, _, versions := healthyVoters(cli, eps5)
 		f.upgradeNote = fmt.Sprintf("not upgraded within 4m (members run %v)", sortedValues(versions))
 	}
-	time.Sleep(time.Second)
+	w.waitAcked(t, 20) // writes go through the members as they are now
 	acked, _, longest := w.Stop()
 	f.upgradeGap, f.upgradeLeaderChanges, f.upgradeAcked = longest, changes, len(acked)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -250,7 +250,7 @@ func measure(t *testing.T, ns, name string, create, scale, upgrade func()) figur
 			f.replace = time.Since(start)
 			break
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the sampling interval; the loop ends at its deadline
 	}
 	if f.replace == 0 {
 		voters, _, _ := healthyVoters(cli, eps5)
