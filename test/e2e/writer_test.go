@@ -135,7 +135,6 @@ func startPacedWriter(t testing.TB, ns string, maxMembers int, every time.Durati
 	return w
 }
 
-// longestGap is the longest time between two acknowledged writes.
 // waitAcked waits until etcd acknowledged at least n more writes of w than when it was
 // called (with a deadline).
 func (w *writer) waitAcked(t testing.TB, n int) {
@@ -153,6 +152,7 @@ func (w *writer) waitAcked(t testing.TB, n int) {
 	})
 }
 
+// longestGap is the longest time between two acknowledged writes.
 func (w *writer) longestGap() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
