@@ -125,6 +125,13 @@ func Membership(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdClus
 			} else if apierrors.IsNotFound(err) {
 				p.NodeReady, p.NodeNotReadySince = false, pod.CreationTimestamp.Time
 			}
+			// No kubelet reports for a pod on a node that is not ready: its container
+			// statuses are the last its kubelet wrote (the node lifecycle controller turns
+			// only the pod's Ready condition false). A ready container there is no evidence
+			// that etcd serves.
+			if !p.NodeReady {
+				p.Ready = false
+			}
 		}
 	}
 	memberIDs := map[string]uint64{}

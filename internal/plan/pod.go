@@ -25,7 +25,9 @@ type Pod struct {
 	// listeners are up, so etcd can be asked (a client waits its whole timeout, reconnecting
 	// with back-off, for a listener that is not up yet).
 	Started bool
-	// Ready is true when the pod's Ready condition is True.
+	// Ready is true when the etcd container reports ready (the pod's Ready condition needs
+	// every container, sidecars included). It is false on a node that is not ready: no
+	// kubelet reports there, and the container's last report is no evidence.
 	Ready bool
 	// NodeReady is false when the pod's node reports Ready False or Unknown. A pod not
 	// scheduled yet counts as on a ready node.

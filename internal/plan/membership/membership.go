@@ -598,8 +598,15 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 	}
 	// A learner whose pod never starts (Pending, an image that cannot be pulled, a refused
 	// pod) would block every later change: past the deadline it is removed (a learner does
-	// not vote, so this costs nothing) and the change is tried again from the start.
-	if d := plan.Since(v.o.Now, in.StartedAt); m.Name == "" && d >= v.o.LostMemberTimeout {
+	// not vote, so this costs nothing) and the change is tried again from the start. The
+	// deadline counts from the change, or from the pod's creation when the pod came later
+	// (the change deletes the pod to start the learner on a fresh volume): a pod re-created
+	// a moment ago has not failed to start.
+	since := in.StartedAt
+	if p.Exists && p.CreatedAt.After(since) {
+		since = p.CreatedAt
+	}
+	if d := plan.Since(v.o.Now, since); m.Name == "" && d >= v.o.LostMemberTimeout {
 		why := "its pod does not exist"
 		if p.Exists {
 			why = "its pod does not run"
@@ -640,7 +647,7 @@ func (v *memberView) continueAdd(in membershipIntent, k int32, reason string) me
 			msg += ": " + p.Problem
 		}
 		a := wait(reasonLearnerStarting, msg)
-		a.RequeueAfter = v.o.LostMemberTimeout - plan.Since(v.o.Now, in.StartedAt)
+		a.RequeueAfter = v.o.LostMemberTimeout - plan.Since(v.o.Now, since)
 		if p.Running && p.Problem == "" && plan.Since(v.o.Now, p.CreatedAt) < LearnerStartPollFor {
 			// etcd on the learner's pod starting, connecting and publishing its name is no
 			// Kubernetes event; the promotion may follow as soon as it has.
@@ -822,9 +829,11 @@ func (v *memberView) fillOrdinal(k int32) membershipAction {
 	name := v.podName(k)
 	p, known := v.pods[k]
 	switch {
-	case known && p.Exists && p.Ready && !p.Deleting:
+	case known && p.Exists && p.Ready && p.NodeReady && !p.Deleting:
 		// Ready without being a member means its etcd serves some other cluster: it may have
-		// bootstrapped on its own and taken writes. Never wipe that without a person.
+		// bootstrapped on its own and taken writes. Never wipe that without a person. A pod
+		// on a node that is not ready shows the last readiness its kubelet reported: that
+		// is a member removed because its node was lost, and it is re-added like any other.
 		return wait(reasonPodNotMember, fmt.Sprintf("pod %s is ready but not a member of the cluster: it may have formed a cluster of its own. "+
 			"Check it (etcdctl endpoint status), save its data if clients wrote to it, then delete its volume claim and pod; "+
 			"the operator then re-adds it as a learner", name))

@@ -431,6 +431,17 @@ func TestDecideMembership(t *testing.T) {
 			}},
 		{name: "a pod serving but not a member (may have bootstrapped alone)", fix: cluster3(3).removeMember(2),
 			kind: actWait, reason: reasonPodNotMember},
+		// Found on real nodes: five members, two on a node that stopped. The first was removed
+		// for its replacement; its pod still showed the ready container its kubelet last
+		// reported, and the cluster stood Stalled (PodNotMember) with four members.
+		{name: "a removed member's pod on a lost node, its container last reported ready",
+			fix: cluster3(3).removeMember(2).pod(2, func(p *podInfo) { p.NodeReady, p.NodeNotReadySince = false, ago(time.Minute) }),
+			kind: actRecordIntent, member: "etc-2", reason: reasonReaddPod,
+			check: func(t *testing.T, a membershipAction) {
+				if a.Intent.Op != intentAdd || a.Intent.ClaimUID != "uid-2" {
+					t.Errorf("intent = %+v, want an add that does not start on claim uid-2", a.Intent)
+				}
+			}},
 
 		// Replace a lost member.
 		{name: "a member restarted on a re-created claim", fix: cluster3(3).pod(1, fresh), kind: actRecordIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember,
@@ -488,6 +499,16 @@ func TestDecideMembership(t *testing.T) {
 					t.Errorf("the message does not say why: %s", a.Message)
 				}
 			}},
+		// Found on real nodes: the change passed its deadline while it replaced the member
+		// (slow passes with two members on a lost node); the learner's pod, re-created on a
+		// fresh volume a second before, was removed as "never started".
+		{name: "learner whose pod was re-created just now, the change older than the deadline", fix: func() *mdFix {
+			f := cluster3(2).want(3).withIntent(addIntent(2)).learner(2, false, 0).stsReplicas(3)
+			f.addPod(2)
+			f.pod(2, func(p *podInfo) { p.Running, p.Ready, p.CreatedAt = false, false, mdT0.Add(-time.Second) })
+			f.intent.StartedAt = mdT0.Add(-6 * time.Minute)
+			return f
+		}(), kind: actWait, reason: reasonLearnerStarting},
 		{name: "the learner that never started is gone: the change starts over", fix: func() *mdFix {
 			f := cluster3(2).want(3).withIntent(addIntent(2)).stsReplicas(3).noPod(2)
 			f.intent.StartedAt = mdT0.Add(-6 * time.Minute)
