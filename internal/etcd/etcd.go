@@ -601,6 +601,21 @@ func (c *client) Close() error { return c.c.Close() }
 // the first round come back also on failure, by member ID: which members answered, and that
 // none knew a leader, is evidence in itself.
 func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall time.Duration) (Observed, map[uint64]MemberStatus, error) {
+	return ObserveMembers(ctx, c, endpoints, nil, perCall)
+}
+
+// ObserveMembers is ObserveEndpoints where names[i] is the member name endpoints[i] belongs to
+// (a member pod's name, its member's name in etcd). A listed member whose name was asked is not
+// asked again at the URL it advertises: the operator dials a member pod by a name the URL it
+// advertises does not spell the same way (…svc against …svc.cluster.local), and a member that
+// did not answer the first call (its node is lost) held the observation for a second deadline.
+func ObserveMembers(ctx context.Context, c Client, endpoints, names []string, perCall time.Duration) (Observed, map[uint64]MemberStatus, error) {
+	askedName := map[string]bool{}
+	for i := range names {
+		if i < len(endpoints) && names[i] != "" {
+			askedName[names[i]] = true
+		}
+	}
 	answered := map[uint64]MemberStatus{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -644,7 +659,7 @@ func ObserveEndpoints(ctx context.Context, c Client, endpoints []string, perCall
 			o.Status[m.ID] = st
 		case len(m.ClientURLs) == 0:
 			o.StatusErr[m.ID] = errors.New("member has not started yet")
-		case asked[m.ClientURLs[0]]:
+		case asked[m.ClientURLs[0]] || (m.Name != "" && askedName[m.Name]):
 			o.StatusErr[m.ID] = errors.New("member did not answer")
 		default:
 			toAsk = append(toAsk, m)

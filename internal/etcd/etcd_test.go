@@ -755,3 +755,30 @@ func TestReadyAnswersAClientWithNoUserUnderAuth(t *testing.T) {
 		t.Fatalf("a serving member under authentication is not ready to a client with no user: %v", err)
 	}
 }
+
+// TestObserveMembersAsksASilentMemberOnce: the operator dials a member pod by a name its
+// member does not advertise in the same spelling (…svc against …svc.cluster.local). A member
+// that did not answer at its pod's name is not asked again at its advertised URL: on a lost
+// node each call waits its whole deadline, and five members with two on a lost node held every
+// pass for two deadlines (6 s) on the real-node lane. A member the first round did not name is
+// still asked.
+func TestObserveMembersAsksASilentMemberOnce(t *testing.T) {
+	f := &etcd.Fake{State: etcd.Cluster{ClusterID: 1}, Statuses: map[string]etcd.MemberStatus{
+		"http://m0.svc": {ID: 1, Leader: 1}, "http://m1.svc": {ID: 2, Leader: 1},
+		"http://m3.svc.cluster.local": {ID: 4, Leader: 1},
+	}}
+	for i, name := range []string{"m0", "m1", "m2", "m3"} {
+		f.State.Members = append(f.State.Members, etcd.Member{ID: uint64(i + 1), Name: name, ClientURLs: []string{"http://" + name + ".svc.cluster.local"}})
+	}
+	// m2's pod was asked and is silent; m3's pod was not started when the pass listed pods.
+	obs, _, err := etcd.ObserveMembers(context.Background(), f, []string{"http://m0.svc", "http://m1.svc", "http://m2.svc"}, []string{"m0", "m1", "m2"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Calls["Status"]; got != 4 {
+		t.Errorf("%d status calls, want 4: three pods, and m3 at its advertised URL (m2 not again)", got)
+	}
+	if _, ok := obs.StatusErr[3]; !ok || len(obs.Status) != 3 {
+		t.Errorf("statuses %v, errors %v: want m0, m1 and m3 answering and m2 silent", obs.Status, obs.StatusErr)
+	}
+}

@@ -143,12 +143,13 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 		return fmt.Errorf("failed to list member pods: %w", err)
 	}
 	o.Pods = pods
-	var endpoints []string
+	var endpoints, names []string
 	for i := range pods.Items {
 		p := plan.Pod{}
 		plan.PodState(&p, &pods.Items[i])
 		if _, ok := plan.Ordinal(t.StatefulSet, pods.Items[i].Name); ok && p.Started {
 			endpoints = append(endpoints, t.Endpoint(pods.Items[i].Name))
+			names = append(names, pods.Items[i].Name)
 		}
 	}
 	o.EtcdAsked = true
@@ -164,7 +165,7 @@ func Members(ctx context.Context, kc client.Client, dial etcd.Dialer, timeout ti
 	defer cl.Close()
 	o.OperatorUser = OperatorUser(t)
 	rec := &refusals{Client: cl}
-	obs, answers, err := etcd.ObserveEndpoints(ctx, rec, endpoints, timeout)
+	obs, answers, err := etcd.ObserveMembers(ctx, rec, endpoints, names, timeout)
 	o.Answers = answers
 	o.AuthRefused = rec.first()
 	if err != nil {
