@@ -435,7 +435,7 @@ func TestDecideMembership(t *testing.T) {
 		// for its replacement; its pod still showed the ready container its kubelet last
 		// reported, and the cluster stood Stalled (PodNotMember) with four members.
 		{name: "a removed member's pod on a lost node, its container last reported ready",
-			fix: cluster3(3).removeMember(2).pod(2, func(p *podInfo) { p.NodeReady, p.NodeNotReadySince = false, ago(time.Minute) }),
+			fix:  cluster3(3).removeMember(2).pod(2, func(p *podInfo) { p.NodeReady, p.NodeNotReadySince = false, ago(time.Minute) }),
 			kind: actRecordIntent, member: "etc-2", reason: reasonReaddPod,
 			check: func(t *testing.T, a membershipAction) {
 				if a.Intent.Op != intentAdd || a.Intent.ClaimUID != "uid-2" {
