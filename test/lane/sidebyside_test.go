@@ -157,16 +157,24 @@ func measure(t *testing.T, ns, name string, create, scale, upgrade func()) figur
 	} else {
 		t.Fatalf("%s/%s: 3 healthy voters not within 5m", ns, name)
 	}
+	before := map[uint64]bool{}
+	if ml, err := cli.MemberList(tctx(t)); err == nil {
+		for _, m := range ml.Members {
+			before[m.ID] = true
+		}
+	} else {
+		t.Fatal(err)
+	}
 	start = time.Now()
 	scale()
-	// Each member's step, as etcd sees it: when it joined as a voter.
-	for n := 4; n <= 5; n++ {
-		if d := waitVoters(cli, eps5, n, "", 5*time.Minute, nil); d == 0 {
-			t.Fatalf("%s/%s: %d healthy voters not within 5m", ns, name, n)
-		}
-		f.scaleSteps = append(f.scaleSteps, fmt.Sprintf("voter %d at %.1fs", n, time.Since(start).Seconds()))
+	// Each member's steps, as etcd's member list shows them (read every 100 ms while the
+	// scale runs): listed (as a learner or a voter), started (named), voting.
+	steps := watchMemberSteps(cli, start, before)
+	if d := waitVoters(cli, eps5, 5, "", 5*time.Minute, nil); d == 0 {
+		t.Fatalf("%s/%s: 5 healthy voters not within 5m", ns, name)
 	}
 	f.scale = time.Since(start)
+	f.scaleSteps = steps()
 
 	w := startWriter(cli, "/compare/"+ns)
 	w.waitAcked(t, 50)
@@ -236,7 +244,7 @@ func measure(t *testing.T, ns, name string, create, scale, upgrade func()) figur
 		}
 		return out
 	}
-	before := ids()
+	before = ids()
 	deadline := time.Now().Add(4 * time.Minute)
 	for time.Now().Before(deadline) {
 		voters, _, _ := healthyVoters(cli, eps5)
@@ -257,6 +265,59 @@ func measure(t *testing.T, ns, name string, create, scale, upgrade func()) figur
 		f.replaceNote = fmt.Sprintf("%s (node %s stopped) not replaced within 4m: %d healthy voters", victim, node, voters)
 	}
 	return f
+}
+
+// watchMemberSteps reads etcd's member list every 100 ms from start until the returned func
+// is called, and returns then, in order, when each member not in initial was first listed,
+// first had a name (its etcd started and published it) and first voted.
+func watchMemberSteps(cli *clientv3.Client, start time.Time, initial map[uint64]bool) func() []string {
+	stop, done := make(chan struct{}), make(chan struct{})
+	type seen struct{ listed, named, voting time.Duration }
+	first := map[uint64]*seen{}
+	var order []uint64
+	go func() {
+		defer close(done)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ml, err := cli.MemberList(ctx)
+			cancel()
+			at := time.Since(start)
+			if err == nil {
+				for _, m := range ml.Members {
+					if initial[m.ID] {
+						continue
+					}
+					s := first[m.ID]
+					if s == nil {
+						s = &seen{listed: at}
+						first[m.ID] = s
+						order = append(order, m.ID)
+					}
+					if s.named == 0 && m.Name != "" {
+						s.named = at
+					}
+					if s.voting == 0 && !m.IsLearner {
+						s.voting = at
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // the sampling interval
+			}
+		}
+	}()
+	return func() []string {
+		close(stop)
+		<-done
+		var out []string
+		for _, id := range order {
+			s := first[id]
+			out = append(out, fmt.Sprintf("%x listed %.1fs, started %.1fs, voting %.1fs", id, s.listed.Seconds(), s.named.Seconds(), s.voting.Seconds()))
+		}
+		return out
+	}
 }
 
 func sortedValues(m map[string]string) []string {
@@ -295,6 +356,12 @@ func TestSideBySide(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	// etcd-pilot's cluster goes before the other operator's is measured: it shares the nodes,
+	// and the other run's node stop must not take members of both.
+	if err := k8s.Delete(ctx, &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "cmp-pilot", Name: "etcd"}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// etcd-io/etcd-operator: its CRD, cluster-admin for its service account (its own role is
 	// narrower; this measures speed, not permissions), one replica, no leader election, and
@@ -347,7 +414,7 @@ func TestSideBySide(t *testing.T) {
 		row("a member's node stopped, to 5 healthy voters again", pilot.replace, peer.replace, peer.replaceNote),
 	}
 	t.Logf("side by side on the real-node lane, etcd 3.6.16, plain clusters, 2 cores:\n%s\netcd-pilot scale steps: %s\netcd-io/etcd-operator scale steps: %s\n%s",
-		strings.Join(lines, "\n"), strings.Join(pilot.scaleSteps, ", "), strings.Join(peer.scaleSteps, ", "), pilot.replaceNote)
+		strings.Join(lines, "\n"), strings.Join(pilot.scaleSteps, "; "), strings.Join(peer.scaleSteps, "; "), pilot.replaceNote)
 }
 
 func dyn(t *testing.T) dynamic.Interface {
