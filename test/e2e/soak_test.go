@@ -239,54 +239,9 @@ func (c *soakCluster) startClients(t *testing.T, seed int64) {
 		cli := etcdClient(t, c.ns, soakMembers)
 		c.clients = append(c.clients, cli)
 		rng := rand.New(rand.NewSource(seed*1000 + int64(c.id*100+i)))
-		c.wg.Go(func() { c.runClient(ctx, cli, i, rng) })
-	}
-}
-
-// runClient issues ops on the cluster's keys until ctx ends, one at a time: 35 % puts, 35 %
-// gets, 25 % transactions (compare to the value this client last saw), 5 % deletes. Values
-// are unique (client and counter), so every read names the write it saw.
-func (c *soakCluster) runClient(ctx context.Context, cli *clientv3.Client, id int, rng *rand.Rand) {
-	last := map[string]string{}
-	for n := 0; ctx.Err() == nil; n++ {
-		key := fmt.Sprintf("%sk%d", soakPrefix, rng.Intn(soakKeys))
-		op := history.Op{Key: key, Value: fmt.Sprintf("c%d-%d", id, n)}
-		switch r := rng.Intn(100); {
-		case r < 35:
-			op.Kind = history.Put
-		case r < 70:
-			op.Kind = history.Get
-		case r < 95:
-			op.Kind, op.Expect = history.Txn, last[key]
-		default:
-			op.Kind = history.Delete
-		}
-		octx, cancel := context.WithTimeout(ctx, soakOpTime)
-		res, err := etcdkv.Do(octx, cli, c.rec, id, op)
-		cancel()
-		pause := soakOpGap
-		if err != nil {
-			pause = 100 * time.Millisecond // a cluster in trouble is not hammered
-		} else {
-			switch op.Kind {
-			case history.Put:
-				last[key] = op.Value
-			case history.Get:
-				last[key] = res.Got
-			case history.Txn:
-				if res.Succeeded {
-					last[key] = op.Value
-				} else {
-					last[key] = res.Got
-				}
-			case history.Delete:
-				last[key] = ""
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
+		c.wg.Go(func() {
+			etcdkv.RunMixed(ctx, cli, c.rec, i, rng, etcdkv.Mix{Prefix: soakPrefix, Keys: soakKeys, OpTime: soakOpTime, Gap: soakOpGap, ErrorGap: 100 * time.Millisecond})
+		})
 	}
 }
 

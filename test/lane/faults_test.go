@@ -37,42 +37,11 @@ func leaderOf(t *testing.T, cli *clientv3.Client, eps []string) uint64 {
 }
 
 // allHealthy waits until every member answers, from its own store, with the same cluster ID
-// and member list as before, and with raft indexes within 100 of each other.
+// and member list as before, a leader, and raft indexes within 100 of each other.
 func allHealthy(t *testing.T, cli *clientv3.Client, eps []string, clusterID uint64, ids map[uint64]bool) {
 	t.Helper()
 	eventually(t, 3*time.Minute, time.Second, "every member healthy in etcd with the same members", func() error {
-		var lo, hi uint64
-		for i, ep := range eps {
-			st, err := cli.Status(tctx(t), ep)
-			if err != nil {
-				return fmt.Errorf("%s: %v", ep, err)
-			}
-			if st.Header.ClusterId != clusterID || !ids[st.Header.MemberId] {
-				return fmt.Errorf("%s: member %x of cluster %x", ep, st.Header.MemberId, st.Header.ClusterId)
-			}
-			if i == 0 || st.RaftIndex < lo {
-				lo = st.RaftIndex
-			}
-			if st.RaftIndex > hi {
-				hi = st.RaftIndex
-			}
-		}
-		if hi-lo > 100 {
-			return fmt.Errorf("raft indexes %d..%d", lo, hi)
-		}
-		ml, err := cli.MemberList(tctx(t))
-		if err != nil {
-			return err
-		}
-		if len(ml.Members) != len(ids) {
-			return fmt.Errorf("%d members", len(ml.Members))
-		}
-		for _, m := range ml.Members {
-			if !ids[m.ID] || m.IsLearner {
-				return fmt.Errorf("member %x (learner %v) is new", m.ID, m.IsLearner)
-			}
-		}
-		return nil
+		return settledOnce(cli, eps, clusterID, ids)
 	})
 }
 
@@ -100,33 +69,11 @@ func nodeOfMember(t *testing.T, ns, name string, id uint64) (member, node string
 // once the faults heal.
 func TestNetworkFaults(t *testing.T) {
 	const ns, name = "faults", "etcd"
-	restrictedNamespace(t, ns)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{
-			Replicas: ptrTo[int32](3),
-			Version:  "3.6.16",
-			TLS:      &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
-			// A member behind a fault is not lost: nothing may be replaced during these.
-			Membership:    v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 30 * time.Minute}},
-			NetworkPolicy: laneHostAllowed(),
-		},
-	}
-	if err := k8s.Create(tctx(t), c); err != nil {
-		t.Fatal(err)
-	}
-	waitAvailable(t, ns, name, 3, "3.6.16", 5*time.Minute)
+	// A member behind a fault is not lost: nothing may be replaced during these.
+	createLaneCluster(t, ns, name, 3, 30*time.Minute, nil)
 	eps := memberEndpoints(ns, name, 3)
 	cli := etcdClient(t, ns, name, name+"-client-app", eps, false)
-	clusterID, ids := uint64(0), map[uint64]bool{}
-	ml, err := cli.MemberList(tctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterID = ml.Header.ClusterId
-	for _, m := range ml.Members {
-		ids[m.ID] = true
-	}
+	clusterID, ids := membersOf(t, cli)
 
 	t.Run("PartitionTheLeadersNode", func(t *testing.T) {
 		old := leaderOf(t, cli, eps)

@@ -24,22 +24,8 @@ import (
 // members were silent also waited for each of them twice.
 func TestTwoMembersOnALostNode(t *testing.T) {
 	const ns, name = "twolost", "etcd"
-	restrictedNamespace(t, ns)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{
-			Replicas: ptrTo[int32](5),
-			Version:  "3.6.16",
-			TLS:      &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
-			// Replaced soon after the node is seen lost, to keep the scenario short.
-			Membership:    v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}},
-			NetworkPolicy: laneHostAllowed(),
-		},
-	}
-	if err := k8s.Create(tctx(t), c); err != nil {
-		t.Fatal(err)
-	}
-	waitAvailable(t, ns, name, 5, "3.6.16", 5*time.Minute)
+	// Replaced soon after the node is seen lost, to keep the scenario short.
+	createLaneCluster(t, ns, name, 5, 10*time.Second, nil)
 	eps := memberEndpoints(ns, name, 5)
 	cli := etcdClient(t, ns, name, name+"-client-app", eps, false)
 	ml, err := cli.MemberList(tctx(t))

@@ -57,24 +57,10 @@ func secretSerial(t *testing.T, ns, secret string) string {
 // ports with no restart, while a writer's acknowledged writes all stay.
 func TestCertificateRenewalThroughTheKubelet(t *testing.T) {
 	const ns, name = "renewal", "etcd"
-	restrictedNamespace(t, ns)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{
-			Replicas: ptrTo[int32](3),
-			Version:  "3.6.16",
-			TLS: &v1alpha1.TLSSpec{
-				CertificateDuration: &metav1.Duration{Duration: 10 * time.Minute},
-				RenewBefore:         &metav1.Duration{Duration: 9*time.Minute + 40*time.Second},
-				Client:              &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}},
-			},
-			NetworkPolicy: laneHostAllowed(),
-		},
-	}
-	if err := k8s.Create(tctx(t), c); err != nil {
-		t.Fatal(err)
-	}
-	waitAvailable(t, ns, name, 3, "3.6.16", 5*time.Minute)
+	createLaneCluster(t, ns, name, 3, 0, func(s *v1alpha1.EtcdClusterSpec) {
+		s.TLS.CertificateDuration = &metav1.Duration{Duration: 10 * time.Minute}
+		s.TLS.RenewBefore = &metav1.Duration{Duration: 9*time.Minute + 40*time.Second}
+	})
 	pods := map[string]string{}
 	for i := range 3 {
 		p, err := kube.CoreV1().Pods(ns).Get(tctx(t), fmt.Sprintf("%s-%d", name, i), metav1.GetOptions{})

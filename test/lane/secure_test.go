@@ -258,25 +258,11 @@ func checkAcked(t *testing.T, cli *clientv3.Client, prefix string, acked []strin
 // restricted Pod Security; then a one-minor upgrade under a writer, and the loss of a node.
 func TestSecureClusterOnRealNodes(t *testing.T) {
 	const ns, name = "secure", "etcd"
-	restrictedNamespace(t, ns)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{
-			Replicas: ptrTo[int32](3),
-			Version:  "3.6.16",
-			TLS:      &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
-			Auth:     &v1alpha1.AuthSpec{Enabled: true},
-			// A member lost with its node is replaced 10 s after the node goes NotReady.
-			Membership:    v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 10 * time.Second}},
-			NetworkPolicy: laneHostAllowed(),
-		},
-	}
-	created := time.Now()
-	if err := k8s.Create(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	waitAvailable(t, ns, name, 3, "3.6.16", 5*time.Minute)
-	t.Logf("3 members Available with TLS and auth in %.1fs", time.Since(created).Seconds())
+	// A member lost with its node is replaced 10 s after the node goes NotReady.
+	took := createLaneCluster(t, ns, name, 3, 10*time.Second, func(s *v1alpha1.EtcdClusterSpec) {
+		s.Auth = &v1alpha1.AuthSpec{Enabled: true}
+	})
+	t.Logf("3 members Available with TLS and auth in %.1fs", took.Seconds())
 
 	// The certificates name the members by DNS only.
 	for _, secret := range []string{v1alpha1.PeerTLSSecretName(name), name + "-server-tls"} {
@@ -415,6 +401,51 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 		t.Logf("member %s replaced after node %s stopped in %.1fs: %d writes acknowledged and all readable, %d failed, longest gap %s",
 			victim, node, took.Seconds(), len(acked), failed, longest.Round(time.Millisecond))
 	})
+}
+
+// createLaneCluster creates, in a new namespace at the restricted Pod Security level, the
+// lanes' usual cluster: n members of etcd 3.6.16 with client TLS from the operator and an "app"
+// client certificate, the lane's network allowed as clients, members replaced replaceAfter after
+// they are lost (0: the default). edit changes the spec before it is created. It waits until
+// the cluster is Available and returns how long that took from the create.
+func createLaneCluster(t *testing.T, ns, name string, n int32, replaceAfter time.Duration, edit func(*v1alpha1.EtcdClusterSpec)) time.Duration {
+	t.Helper()
+	restrictedNamespace(t, ns)
+	c := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.EtcdClusterSpec{
+			Replicas:      ptrTo(n),
+			Version:       "3.6.16",
+			TLS:           &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
+			NetworkPolicy: laneHostAllowed(),
+		},
+	}
+	if replaceAfter > 0 {
+		c.Spec.Membership.ReplaceAfter = &metav1.Duration{Duration: replaceAfter}
+	}
+	if edit != nil {
+		edit(&c.Spec)
+	}
+	created := time.Now()
+	if err := k8s.Create(tctx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, ns, name, n, c.Spec.Version, 5*time.Minute)
+	return time.Since(created)
+}
+
+// membersOf reads etcd's member list: the cluster's ID and its members' IDs.
+func membersOf(t *testing.T, cli *clientv3.Client) (clusterID uint64, ids map[uint64]bool) {
+	t.Helper()
+	ml, err := cli.MemberList(tctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = map[uint64]bool{}
+	for _, m := range ml.Members {
+		ids[m.ID] = true
+	}
+	return ml.Header.ClusterId, ids
 }
 
 // tctx is a context for one call to etcd, cancelled when the test ends.

@@ -13,9 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/etcd-pilot/etcd-pilot/api/v1alpha1"
 	"github.com/etcd-pilot/etcd-pilot/internal/history"
 	"github.com/etcd-pilot/etcd-pilot/internal/history/etcdkv"
 	"github.com/etcd-pilot/etcd-pilot/internal/localcluster/realnode"
@@ -52,32 +50,11 @@ func TestNetworkChaosSoak(t *testing.T) {
 	t.Logf("lane chaos soak: seed %d (replay with -lane.soak.seed=%d), duration %s", seed, seed, *laneSoakDuration)
 	rng := rand.New(rand.NewSource(seed))
 	const ns, name = "soak", "etcd"
-	restrictedNamespace(t, ns)
-	c := &v1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.EtcdClusterSpec{
-			Replicas: ptrTo[int32](3),
-			Version:  "3.6.16",
-			TLS:      &v1alpha1.TLSSpec{Client: &v1alpha1.ClientTLS{Certificates: []v1alpha1.ClientCertificate{{Name: "app"}}}},
-			// A member behind a fault is not lost: nothing may be replaced during the soak.
-			Membership:    v1alpha1.MembershipSpec{ReplaceAfter: &metav1.Duration{Duration: 30 * time.Minute}},
-			NetworkPolicy: laneHostAllowed(),
-		},
-	}
-	if err := k8s.Create(tctx(t), c); err != nil {
-		t.Fatal(err)
-	}
-	waitAvailable(t, ns, name, 3, "3.6.16", 5*time.Minute)
+	// A member behind a fault is not lost: nothing may be replaced during the soak.
+	createLaneCluster(t, ns, name, 3, 30*time.Minute, nil)
 	eps := memberEndpoints(ns, name, 3)
 	cli := etcdClient(t, ns, name, name+"-client-app", eps, false)
-	ml, err := cli.MemberList(tctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterID, ids := ml.Header.ClusterId, map[uint64]bool{}
-	for _, m := range ml.Members {
-		ids[m.ID] = true
-	}
+	clusterID, ids := membersOf(t, cli)
 
 	// Clients and the watch.
 	rec := history.NewRecorder()
@@ -92,7 +69,9 @@ func TestNetworkChaosSoak(t *testing.T) {
 	for i := range laneSoakClients {
 		ccli := etcdClient(t, ns, name, name+"-client-app", eps, false)
 		crng := rand.New(rand.NewSource(seed*1000 + int64(i)))
-		wg.Go(func() { runSoakClient(ctx, ccli, rec, i, crng) })
+		wg.Go(func() {
+			etcdkv.RunMixed(ctx, ccli, rec, i, crng, etcdkv.Mix{Prefix: laneSoakPrefix, Keys: laneSoakKeys, OpTime: laneSoakOpTime, Gap: 20 * time.Millisecond, ErrorGap: 100 * time.Millisecond})
+		})
 	}
 	stopClients := sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stopClients)
@@ -213,53 +192,6 @@ func sortedIDs(ids map[uint64]bool) []uint64 {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
-}
-
-// runSoakClient issues ops on the soak's keys until ctx ends, one at a time: 35 % puts, 35 %
-// gets, 25 % transactions (compare to the value this client last saw), 5 % deletes. Values are
-// unique (client and counter), so every read names the write it saw.
-func runSoakClient(ctx context.Context, cli *clientv3.Client, rec *history.Recorder, id int, rng *rand.Rand) {
-	last := map[string]string{}
-	for n := 0; ctx.Err() == nil; n++ {
-		key := fmt.Sprintf("%sk%d", laneSoakPrefix, rng.Intn(laneSoakKeys))
-		op := history.Op{Key: key, Value: fmt.Sprintf("c%d-%d", id, n)}
-		switch r := rng.Intn(100); {
-		case r < 35:
-			op.Kind = history.Put
-		case r < 70:
-			op.Kind = history.Get
-		case r < 95:
-			op.Kind, op.Expect = history.Txn, last[key]
-		default:
-			op.Kind = history.Delete
-		}
-		octx, cancel := context.WithTimeout(ctx, laneSoakOpTime)
-		res, err := etcdkv.Do(octx, cli, rec, id, op)
-		cancel()
-		pause := 20 * time.Millisecond // leaves CPU to etcd and the operator
-		if err != nil {
-			pause = 100 * time.Millisecond // a cluster in trouble is not hammered
-		} else {
-			switch op.Kind {
-			case history.Put:
-				last[key] = op.Value
-			case history.Get:
-				last[key] = res.Got
-			case history.Txn:
-				if res.Succeeded {
-					last[key] = op.Value
-				} else {
-					last[key] = res.Got
-				}
-			case history.Delete:
-				last[key] = ""
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
-	}
 }
 
 // soakSampler reads etcd every 500 ms: every member that answers belongs to the cluster and is

@@ -6,6 +6,7 @@ package etcdkv
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"sync"
 	"time"
 
@@ -167,4 +168,64 @@ func (rw *Watcher) Stop() history.WatchRecord {
 	rec := rw.rec
 	rec.Events = append([]history.WatchEvent(nil), rw.rec.Events...)
 	return rec
+}
+
+// Mix is how RunMixed picks and paces its ops.
+type Mix struct {
+	// Prefix and Keys: the ops go to keys Prefix+"k0" .. Prefix+"k<Keys-1>".
+	Prefix string
+	Keys   int
+	// OpTime bounds each op; one that runs out is unknown to the history.
+	OpTime time.Duration
+	// Gap is the pause after an op that succeeded (it leaves CPU to etcd and the operator);
+	// ErrorGap the pause after one that failed (a cluster in trouble is not hammered).
+	Gap, ErrorGap time.Duration
+}
+
+// RunMixed runs ops against kv as client until ctx ends, one at a time, recorded in r: 35 %
+// puts, 35 % gets, 25 % transactions (compare to the value this client last saw), 5 % deletes,
+// keys and kinds drawn from rng. Values are unique (client and counter), so every read names
+// the write it saw.
+func RunMixed(ctx context.Context, kv clientv3.KV, r *history.Recorder, client int, rng *rand.Rand, m Mix) {
+	last := map[string]string{}
+	for n := 0; ctx.Err() == nil; n++ {
+		key := fmt.Sprintf("%sk%d", m.Prefix, rng.Intn(m.Keys))
+		op := history.Op{Key: key, Value: fmt.Sprintf("c%d-%d", client, n)}
+		switch x := rng.Intn(100); {
+		case x < 35:
+			op.Kind = history.Put
+		case x < 70:
+			op.Kind = history.Get
+		case x < 95:
+			op.Kind, op.Expect = history.Txn, last[key]
+		default:
+			op.Kind = history.Delete
+		}
+		octx, cancel := context.WithTimeout(ctx, m.OpTime)
+		res, err := Do(octx, kv, r, client, op)
+		cancel()
+		pause := m.Gap
+		if err != nil {
+			pause = m.ErrorGap
+		} else {
+			switch op.Kind {
+			case history.Put:
+				last[key] = op.Value
+			case history.Get:
+				last[key] = res.Got
+			case history.Txn:
+				if res.Succeeded {
+					last[key] = op.Value
+				} else {
+					last[key] = res.Got
+				}
+			case history.Delete:
+				last[key] = ""
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
 }
