@@ -829,14 +829,21 @@ func (v *memberView) fillOrdinal(k int32) membershipAction {
 	name := v.podName(k)
 	p, known := v.pods[k]
 	switch {
-	case known && p.Exists && p.Ready && p.NodeReady && !p.Deleting:
+	case known && p.Exists && p.Ready && !p.Deleting:
 		// Ready without being a member means its etcd serves some other cluster: it may have
-		// bootstrapped on its own and taken writes. Never wipe that without a person. A pod
-		// on a node that is not ready shows the last readiness its kubelet reported: that
-		// is a member removed because its node was lost, and it is re-added like any other.
+		// bootstrapped on its own and taken writes. Never wipe that without a person.
 		return wait(reasonPodNotMember, fmt.Sprintf("pod %s is ready but not a member of the cluster: it may have formed a cluster of its own. "+
 			"Check it (etcdctl endpoint status), save its data if clients wrote to it, then delete its volume claim and pod; "+
 			"the operator then re-adds it as a learner", name))
+	case known && p.Exists && !p.NodeReady && p.Running && p.DataStamp == "" && !p.Deleting:
+		// On a node that is not ready no kubelet reports: the container's last state says it
+		// ran, and whether its etcd serves a cluster of its own cannot be read. Its volume
+		// carries no member's stamp, so nothing shows its data is a member's of this cluster
+		// (a removed member's data, stamped, holds nothing a quorum did not acknowledge, and
+		// is re-added below like any other).
+		return wait(reasonPodNotMember, fmt.Sprintf("pod %s is not a member of the cluster, its node is not ready and its volume carries no member's stamp: "+
+			"whether its etcd serves a cluster of its own cannot be read. Check it once its node is back (etcdctl endpoint status), save its data if clients wrote to it, "+
+			"then delete its volume claim and pod; the operator then re-adds it as a learner", name))
 	case known && p.Exists && p.Deleting && p.NodeReady:
 		return wait(reasonPodTerminating, fmt.Sprintf("waiting for pod %s to terminate before adding a member for it", name))
 	case known && !p.Exists && p.PVCExists && k >= v.o.StsReplicas && !v.o.DeletePVCOnScaleIn && !p.PVCDeleting:

@@ -433,15 +433,22 @@ func TestDecideMembership(t *testing.T) {
 			kind: actWait, reason: reasonPodNotMember},
 		// Found on real nodes: five members, two on a node that stopped. The first was removed
 		// for its replacement; its pod still showed the ready container its kubelet last
-		// reported, and the cluster stood Stalled (PodNotMember) with four members.
-		{name: "a removed member's pod on a lost node, its container last reported ready",
-			fix:  cluster3(3).removeMember(2).pod(2, func(p *podInfo) { p.NodeReady, p.NodeNotReadySince = false, ago(time.Minute) }),
+		// reported, and the cluster stood Stalled (PodNotMember) with four members. The
+		// observation clears Ready on a node that is not ready; the stamp on the volume shows
+		// the data is the removed member's.
+		{name: "a removed member's pod on a lost node, its volume stamped by that member",
+			fix: cluster3(3).removeMember(2).pod(2, func(p *podInfo) {
+				p.NodeReady, p.NodeNotReadySince, p.Ready, p.DataStamp = false, ago(time.Minute), false, etcd.FormatID(mdID(2))
+			}),
 			kind: actRecordIntent, member: "etc-2", reason: reasonReaddPod,
 			check: func(t *testing.T, a membershipAction) {
 				if a.Intent.Op != intentAdd || a.Intent.ClaimUID != "uid-2" {
 					t.Errorf("intent = %+v, want an add that does not start on claim uid-2", a.Intent)
 				}
 			}},
+		{name: "a pod on a lost node that is not a member and whose volume no member stamped",
+			fix:  cluster3(3).removeMember(2).pod(2, func(p *podInfo) { p.NodeReady, p.NodeNotReadySince, p.Ready = false, ago(time.Minute), false }),
+			kind: actWait, reason: reasonPodNotMember},
 
 		// Replace a lost member.
 		{name: "a member restarted on a re-created claim", fix: cluster3(3).pod(1, fresh), kind: actRecordIntent, member: "etc-1", id: mdID(1), reason: reasonReplaceMember,
