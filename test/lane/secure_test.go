@@ -410,6 +410,7 @@ func TestSecureClusterOnRealNodes(t *testing.T) {
 // the cluster is Available and returns how long that took from the create.
 func createLaneCluster(t *testing.T, ns, name string, n int32, replaceAfter time.Duration, edit func(*v1alpha1.EtcdClusterSpec)) time.Duration {
 	t.Helper()
+	waitNodesSchedulable(t)
 	restrictedNamespace(t, ns)
 	c := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -432,6 +433,44 @@ func createLaneCluster(t *testing.T, ns, name string, n int32, replaceAfter time
 	}
 	waitAvailable(t, ns, name, n, c.Spec.Version, 5*time.Minute)
 	return time.Since(created)
+}
+
+// waitNodesSchedulable waits until every node is Ready and carries no taint that keeps pods
+// off it. A scenario before may have stopped a node or cut what it receives, and the node
+// lifecycle controller lifts its unreachable/not-ready taints only some seconds after the
+// kubelet reports again: a cluster created in that window is placed on the other nodes (CI
+// once put five members 3/2/0 while lane-node-2 was still tainted).
+func waitNodesSchedulable(t *testing.T) {
+	t.Helper()
+	eventually(t, 3*time.Minute, time.Second, "every node Ready and untainted", func() error {
+		nodes, err := kube.CoreV1().Nodes().List(tctx(t), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(nodes.Items) == 0 {
+			return fmt.Errorf("no nodes")
+		}
+		for _, n := range nodes.Items {
+			ready := false
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready = true
+				}
+			}
+			if !ready {
+				return fmt.Errorf("node %s not Ready", n.Name)
+			}
+			if n.Spec.Unschedulable {
+				return fmt.Errorf("node %s cordoned", n.Name)
+			}
+			for _, tn := range n.Spec.Taints {
+				if tn.Effect == corev1.TaintEffectNoSchedule || tn.Effect == corev1.TaintEffectNoExecute {
+					return fmt.Errorf("node %s tainted %s:%s", n.Name, tn.Key, tn.Effect)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // membersOf reads etcd's member list: the cluster's ID and its members' IDs.
