@@ -47,9 +47,11 @@ func StorageClass() *storagev1.StorageClass {
 			Name:        StorageClassName,
 			Annotations: map[string]string{annDefaultClass: "true"},
 		},
-		Provisioner:       ProvisionerName,
-		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
-		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		Provisioner: ProvisionerName,
+		// Its folders have no size of their own: a claim grows by the number on its PV.
+		AllowVolumeExpansion: ptr.To(true),
+		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
 	}
 }
 
@@ -156,6 +158,9 @@ func (p *provisioner) syncClaim(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if pvc.Status.Phase == corev1.ClaimBound && pvc.Spec.VolumeName == volumeName(pvc) {
+		return p.resize(ctx, pvc)
+	}
 	node := pvc.Annotations[annSelectedNode]
 	if ptr.Deref(pvc.Spec.StorageClassName, "") != StorageClassName || node == "" ||
 		pvc.Spec.VolumeName != "" || pvc.Status.Phase != corev1.ClaimPending || pvc.DeletionTimestamp != nil {
@@ -217,6 +222,66 @@ func (p *provisioner) syncClaim(ctx context.Context, key string) error {
 	}
 	p.log.Info("Provisioned volume", "claim", key, "volume", pvName, "node", node, "path", path)
 	return nil
+}
+
+// resize grows the bound volume of pvc to what the claim asks, in the two steps of a real
+// storage: as its resizer, the PV's capacity first, the claim then FileSystemResizePending;
+// as the kubelet growing the file system online, the claim's capacity. A folder has no size,
+// so each step is only the number.
+func (p *provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	want, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if !ok || pvc.DeletionTimestamp != nil {
+		return nil
+	}
+	pv, err := p.pvs.Get(pvc.Spec.VolumeName)
+	if err != nil {
+		return client404(err)
+	}
+	if pv.Annotations[annProvisionedBy] != ProvisionerName {
+		return nil
+	}
+	if have := pv.Spec.Capacity[corev1.ResourceStorage]; have.Cmp(want) < 0 {
+		pv = pv.DeepCopy()
+		pv.Spec.Capacity[corev1.ResourceStorage] = want
+		if _, err := p.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("failed to grow persistentvolume %s to %s: %w", pv.Name, want.String(), err)
+		}
+		pvc = pvc.DeepCopy()
+		pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: want}
+		pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{
+			Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.Now(), Message: "Waiting for user to (re-)start a pod to finish file system resize of volume on node.",
+		}}
+		if _, err := p.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("failed to mark claim %s/%s FileSystemResizePending: %w", pvc.Namespace, pvc.Name, err)
+		}
+		p.log.Info("Grew volume", "claim", pvc.Namespace+"/"+pvc.Name, "volume", pv.Name, "size", want.String())
+		return nil
+	}
+	capacity := pv.Spec.Capacity[corev1.ResourceStorage]
+	if have := pvc.Status.Capacity[corev1.ResourceStorage]; have.Cmp(capacity) >= 0 && len(pvc.Status.Conditions) == 0 {
+		return nil
+	}
+	pvc = pvc.DeepCopy()
+	if pvc.Status.Capacity == nil {
+		pvc.Status.Capacity = corev1.ResourceList{}
+	}
+	pvc.Status.Capacity[corev1.ResourceStorage] = capacity
+	pvc.Status.Conditions = nil
+	pvc.Status.AllocatedResourceStatuses = nil
+	if _, err := p.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to record the grown file system of claim %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	p.log.Info("Grew file system", "claim", pvc.Namespace+"/"+pvc.Name, "size", capacity.String())
+	return nil
+}
+
+// client404 makes a lister's not-found nil (the informer's next event brings the object).
+func client404(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // syncVolume deletes a Released volume of this provisioner, folder first.

@@ -140,3 +140,40 @@ func TestProvisionerCreatesAndDeletesVolumes(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && got.DeletionTimestamp != nil), fmt.Sprintf("volume not deleted (%v)", err)
 	})
 }
+
+// TestProvisionerGrowsABoundVolume: a bound claim that asks more has its volume grown (the
+// PV's capacity), then its file system (the claim's capacity), as a real resizer and kubelet
+// would, through the API server's own resize admission (the class allows expansion).
+func TestProvisionerGrowsABoundVolume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := clientset.StorageV1().StorageClasses().Create(ctx, StorageClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	pvc := createClaim(t, ns, "grows", "node-a")
+	pv := waitVolume(t, volumeName(pvc))
+	bindClaim(t, pvc, pv)
+	eventually(t, 10*time.Second, func() (bool, string) {
+		got, err := clientset.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "grows", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("3Gi")
+		_, err = clientset.CoreV1().PersistentVolumeClaims(ns).Update(ctx, got, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprintf("claim not grown: %v", err)
+	})
+	eventually(t, 10*time.Second, func() (bool, string) {
+		v, err := clientset.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c, err := clientset.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "grows", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		have, capacity := v.Spec.Capacity[corev1.ResourceStorage], c.Status.Capacity[corev1.ResourceStorage]
+		return have.String() == "3Gi" && capacity.String() == "3Gi" && len(c.Status.Conditions) == 0,
+			fmt.Sprintf("volume %s, claim %s, conditions %v", have.String(), capacity.String(), c.Status.Conditions)
+	})
+}
