@@ -190,6 +190,7 @@ func (r *EtcdClusterReconciler) init() {
 // +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -398,6 +399,9 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {
 		applyErr = r.exec.EnsureFoundingConfig(ctx, c, topo)
+		if applyErr == nil && !holdStatefulSet(c, mem) {
+			applyErr = r.keepMemberPods(ctx, c, topo, desired)
+		}
 		if applyErr == nil {
 			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c, mem))
 		}
@@ -627,6 +631,45 @@ func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdC
 		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
 	}
 	return render.PinClaimTemplates(desired, live)
+}
+
+// keepMemberPods creates the StatefulSet, when it is absent while member pods exist, with the
+// replicas that keep every one of them: one above the highest ordinal. It is absent so after
+// the storage planner deleted it (orphaning its pods) to grow its claim template, or a person
+// did (kubectl delete --cascade=orphan). Applied as rendered, it would get the default of one
+// replica (the chart leaves .spec.replicas to the operator), and the StatefulSet controller
+// would delete every other member's pod at once. The create is one call, so no crash leaves
+// it without its replicas; the apply that follows sets the rest of the rendered object and
+// never owns the replicas.
+func (r *EtcdClusterReconciler) keepMemberPods(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
+	var sts *unstructured
+	for _, o := range desired {
+		if o.GetKind() == "StatefulSet" && o.GetName() == t.StatefulSet {
+			sts = o
+		}
+	}
+	if sts == nil {
+		return nil
+	}
+	live := &appsv1.StatefulSet{}
+	err := r.cached(ctx).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
+	if !apierrors.IsNotFound(err) {
+		return client.IgnoreNotFound(err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.cached(ctx).List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
+		return fmt.Errorf("failed to list the member pods of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	replicas := int32(0)
+	for _, p := range pods.Items {
+		if k, ok := plan.Ordinal(t.StatefulSet, p.Name); ok && k+1 > replicas {
+			replicas = k + 1
+		}
+	}
+	if replicas == 0 {
+		return nil
+	}
+	return r.exec.CreateStatefulSet(ctx, c, sts, replicas)
 }
 
 // reconcileDelete deletes what the cluster owns, and its volume claims only when

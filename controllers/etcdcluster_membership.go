@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/membership"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/rollout"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/storage"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"github.com/etcd-pilot/etcd-pilot/internal/status"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -96,6 +97,13 @@ func (r *EtcdClusterReconciler) reconcileMembership(ctx context.Context, c *v1al
 	}
 	if _, _, asked := plan.Above(p, plan.PlannerPeerSwitch); asked {
 		p.PeerURL = peerswitch.Step(plan.Step{Kind: plan.None}, o.PeerSwitch, t.PeerPort, t.PeerTransitionPort)
+	}
+	// The members' volumes against spec.storage.size: read every pass for status; the planner
+	// grows them only on a settled cluster.
+	so := observe.Storage(ctx, r.apiReader(), c, o, mo)
+	o.Storage = &so
+	if _, _, asked := plan.Above(p, plan.PlannerStorage); asked {
+		p.Storage = storage.Decide(so)
 	}
 	a, by := plan.Next(p)
 	log.FromContext(ctx).V(1).Info("the planners proposed; one step is taken", "planner", by, "step", a.Kind, "reason", a.Reason)

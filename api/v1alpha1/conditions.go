@@ -268,6 +268,23 @@ const (
 	ReasonDisarmingAlarm = "DisarmingAlarm"
 )
 
+// Storage reasons (spec.storage.size grown), in Progressing and Degraded.
+const (
+	// ReasonExpandingVolumes : spec.storage.size grew: the members' claims are expanded one
+	// at a time, the operator waits for their file systems to grow, then re-creates the
+	// StatefulSet (its pods kept) with the new size in its claim template.
+	ReasonExpandingVolumes = "ExpandingVolumes"
+	// ReasonVolumeExpansionNotAllowed : spec.storage.size grew, but the members' StorageClass
+	// does not allow volume expansion (allowVolumeExpansion is not true). No claim was
+	// touched; the expansion goes on once an administrator lets the class allow it. (The size
+	// cannot go back down: admission refuses any shrink.)
+	ReasonVolumeExpansionNotAllowed = "VolumeExpansionNotAllowed"
+	// ReasonVolumeExpansionFailed : the storage reports the resize of a member's claim
+	// infeasible (allocatedResourceStatuses): free or add capacity in the storage; the
+	// expansion goes on once the storage can grow the claim.
+	ReasonVolumeExpansionFailed = "VolumeExpansionFailed"
+)
+
 // Authentication reasons.
 const (
 	// ReasonEnablingAuth : the operator is creating the root user and its own, or turning
@@ -318,49 +335,52 @@ const (
 // ReasonEffects declares once, for every reason a planner or the safety gate gives, whether it
 // waits, progresses or degrades.
 var ReasonEffects = map[string]Effect{
-	ReasonBootstrapping:        EffectWaits,
-	ReasonEtcdUnreachable:      EffectDegrades,
-	ReasonQuorumLost:           EffectDegrades,
-	ReasonNoLeader:             EffectProgresses,
-	ReasonSwitchingClientTLS:   EffectProgresses,
-	ReasonSwitchingPeerTLS:     EffectProgresses,
-	ReasonSplitBrain:           EffectDegrades,
-	ReasonUnknownMember:        EffectDegrades,
-	ReasonPodNotMember:         EffectDegrades,
-	ReasonQuorumAtRisk:         EffectDegrades,
-	ReasonStaleVolume:          EffectDegrades,
-	ReasonMemberUnhealthy:      EffectProgresses,
-	ReasonInvalidIntent:        EffectDegrades,
-	ReasonScaleOut:             EffectProgresses,
-	ReasonScaleIn:              EffectProgresses,
-	ReasonReplaceMember:        EffectProgresses,
-	ReasonReaddPod:             EffectProgresses,
-	ReasonAdoptLearner:         EffectProgresses,
-	ReasonWaitingForPod:        EffectWaits,
-	ReasonPodTerminating:       EffectWaits,
-	ReasonVolumeDeleting:       EffectWaits,
-	ReasonLearnerStarting:      EffectWaits,
-	ReasonLearnerCatchingUp:    EffectWaits,
-	ReasonMemberStarting:       EffectWaits,
-	ReasonLeaderUnreachable:    EffectProgresses,
-	ReasonLearnerNeverStarted:  EffectDegrades,
-	ReasonPodNotCreated:        EffectDegrades,
-	ReasonRollingOut:           EffectWaits,
-	ReasonRolloutWaiting:       EffectWaits,
-	ReasonMemberRestarting:     EffectWaits,
-	ReasonVersionStep:          EffectWaits,
-	ReasonUpgradeStalled:       EffectDegrades,
-	ReasonStepRefused:          EffectWaits,
-	ReasonDefragmenting:        EffectProgresses,
-	ReasonCompacting:           EffectProgresses,
-	ReasonNoSpaceAlarm:         EffectDegrades,
-	ReasonCorruptAlarm:         EffectDegrades,
-	ReasonDisarmingAlarm:       EffectProgresses,
-	ReasonEnablingAuth:         EffectProgresses,
-	ReasonDisablingAuth:        EffectProgresses,
-	ReasonRenamingOperatorUser: EffectProgresses,
-	ReasonAuthLockedOut:        EffectDegrades,
-	ReasonAuthStillEnabled:     EffectDegrades,
+	ReasonBootstrapping:             EffectWaits,
+	ReasonEtcdUnreachable:           EffectDegrades,
+	ReasonQuorumLost:                EffectDegrades,
+	ReasonNoLeader:                  EffectProgresses,
+	ReasonSwitchingClientTLS:        EffectProgresses,
+	ReasonSwitchingPeerTLS:          EffectProgresses,
+	ReasonSplitBrain:                EffectDegrades,
+	ReasonUnknownMember:             EffectDegrades,
+	ReasonPodNotMember:              EffectDegrades,
+	ReasonQuorumAtRisk:              EffectDegrades,
+	ReasonStaleVolume:               EffectDegrades,
+	ReasonMemberUnhealthy:           EffectProgresses,
+	ReasonInvalidIntent:             EffectDegrades,
+	ReasonScaleOut:                  EffectProgresses,
+	ReasonScaleIn:                   EffectProgresses,
+	ReasonReplaceMember:             EffectProgresses,
+	ReasonReaddPod:                  EffectProgresses,
+	ReasonAdoptLearner:              EffectProgresses,
+	ReasonWaitingForPod:             EffectWaits,
+	ReasonPodTerminating:            EffectWaits,
+	ReasonVolumeDeleting:            EffectWaits,
+	ReasonLearnerStarting:           EffectWaits,
+	ReasonLearnerCatchingUp:         EffectWaits,
+	ReasonMemberStarting:            EffectWaits,
+	ReasonLeaderUnreachable:         EffectProgresses,
+	ReasonLearnerNeverStarted:       EffectDegrades,
+	ReasonPodNotCreated:             EffectDegrades,
+	ReasonRollingOut:                EffectWaits,
+	ReasonRolloutWaiting:            EffectWaits,
+	ReasonMemberRestarting:          EffectWaits,
+	ReasonVersionStep:               EffectWaits,
+	ReasonUpgradeStalled:            EffectDegrades,
+	ReasonStepRefused:               EffectWaits,
+	ReasonDefragmenting:             EffectProgresses,
+	ReasonCompacting:                EffectProgresses,
+	ReasonNoSpaceAlarm:              EffectDegrades,
+	ReasonCorruptAlarm:              EffectDegrades,
+	ReasonDisarmingAlarm:            EffectProgresses,
+	ReasonEnablingAuth:              EffectProgresses,
+	ReasonDisablingAuth:             EffectProgresses,
+	ReasonRenamingOperatorUser:      EffectProgresses,
+	ReasonExpandingVolumes:          EffectProgresses,
+	ReasonVolumeExpansionNotAllowed: EffectDegrades,
+	ReasonVolumeExpansionFailed:     EffectDegrades,
+	ReasonAuthLockedOut:             EffectDegrades,
+	ReasonAuthStillEnabled:          EffectDegrades,
 	// The render waits for the user to fix spec.chart (or the admin to relax the level).
 	ReasonPodSecurityViolation: EffectDegrades,
 	ReasonChartTooExpensive:    EffectDegrades,
@@ -397,6 +417,9 @@ var Stalls = map[string]bool{
 	ReasonAuthLockedOut:  true,
 	// The client TLS switch waits for spec.auth.enabled: false (or tls.client back).
 	ReasonAuthStillEnabled: true,
+	// The StorageClass must allow expansion, or spec.storage.size go back.
+	ReasonVolumeExpansionNotAllowed: true,
+	ReasonVolumeExpansionFailed:     true,
 	// Nothing is applied until spec.chart changes.
 	ReasonPodSecurityViolation: true,
 	// The chart or its values must get cheaper, or the operator's admin raise the limit.

@@ -167,10 +167,16 @@ type EtcdClusterSpec struct {
 // StorageSpec configures the members' data volumes.
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName cannot be changed after creation: the members' volume claims are immutable. Create a new EtcdCluster with the new class and move the data with a snapshot"
 // +kubebuilder:validation:XValidation:rule="has(self.ephemeral) == has(oldSelf.ephemeral) && (!has(self.ephemeral) || self.ephemeral == oldSelf.ephemeral)",message="storage.ephemeral cannot be changed after creation: it decides whether members keep their data on volume claims or in emptyDir"
-// +kubebuilder:validation:XValidation:rule="!has(self.size) || !has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) == 0",message="storage.size cannot be changed after creation: the StatefulSet's volume claim templates are immutable. Expand the members' PersistentVolumeClaims directly if the storage class allows it"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || !has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage.size cannot shrink: a volume cannot be made smaller. Keep the size, or create a new EtcdCluster with the smaller size and move the data with a snapshot"
+// +kubebuilder:validation:XValidation:rule="!(has(self.ephemeral) && self.ephemeral) || !has(self.size) || !has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) == 0",message="storage.size cannot change with storage.ephemeral: true: the emptyDir's size limit is part of the pod template, and a restarted member would lose its data"
 // +kubebuilder:validation:XValidation:rule="!(has(self.ephemeral) && self.ephemeral && has(self.storageClassName))",message="storage.storageClassName has no effect with storage.ephemeral: true; remove one of them"
 type StorageSpec struct {
-	// Size of each member's volume (and the size limit of the emptyDir when ephemeral).
+	// Size of each member's volume (and the size limit of the emptyDir when ephemeral). It may
+	// grow, never shrink: the operator expands every member's claim (the StorageClass must
+	// allow volume expansion), waits for the file systems to grow, then re-creates the
+	// StatefulSet without its pods so that new members' claims get the new size. Members do not
+	// restart unless the storage can only grow a file system offline; then they restart one at
+	// a time, the leader last. status.storage shows each member's progress.
 	// +kubebuilder:default="1Gi"
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
@@ -679,6 +685,58 @@ type EtcdClusterStatus struct {
 	// recovery): what was restored, and where it stands.
 	// +optional
 	Restore *RestoreStatus `json:"restore,omitempty"`
+
+	// Storage is the members' volumes as the last pass read them: the size new members'
+	// claims get, and each member's claim (what it asks for and what it has). Absent under
+	// storage.ephemeral.
+	// +optional
+	Storage *StorageStatus `json:"storage,omitempty"`
+}
+
+// StorageStatus is the members' volumes.
+type StorageStatus struct {
+	// TemplateSize is the size in the StatefulSet's volume claim template: the size a new
+	// member's claim gets. Below spec.storage.size while the members' claims are expanded;
+	// the StatefulSet is re-created with the new size once every claim has it.
+	// +optional
+	TemplateSize string `json:"templateSize,omitempty"`
+	// Members is each member pod's claim, by ordinal.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Members []MemberVolumeStatus `json:"members,omitempty"`
+}
+
+// VolumeState is where a member's claim stands against spec.storage.size.
+type VolumeState string
+
+const (
+	// VolumeReady : the claim's capacity is spec.storage.size or more.
+	VolumeReady VolumeState = "Ready"
+	// VolumeWaiting : the claim still asks for less; the operator expands it in its turn.
+	VolumeWaiting VolumeState = "Waiting"
+	// VolumeResizing : the claim asks for the new size; the storage grows the volume.
+	VolumeResizing VolumeState = "Resizing"
+	// VolumeFileSystemResizePending : the volume grew; the kubelet grows its file system
+	// (offline, when the member's pod restarts, if the storage cannot do it online).
+	VolumeFileSystemResizePending VolumeState = "FileSystemResizePending"
+	// VolumeResizeFailed : the storage reports the resize infeasible or failing.
+	VolumeResizeFailed VolumeState = "ResizeFailed"
+)
+
+// MemberVolumeStatus is one member pod's volume claim.
+type MemberVolumeStatus struct {
+	// Name of the member pod.
+	Name string `json:"name"`
+	// Requested is the size the claim asks for.
+	// +optional
+	Requested string `json:"requested,omitempty"`
+	// Capacity is the size the claim has (its status).
+	// +optional
+	Capacity string `json:"capacity,omitempty"`
+	// State is where the claim stands against spec.storage.size.
+	// +optional
+	State VolumeState `json:"state,omitempty"`
 }
 
 // UpgradeStatus is a rollout in progress.

@@ -225,12 +225,13 @@ func TestStorageOnCreate(t *testing.T) {
 	})
 }
 
-// TestStorageImmutable covers the transition rules of StorageSpec: what the StatefulSet's
-// volume claim templates are made of cannot change once the cluster exists.
+// TestStorageImmutable covers the transition rules of StorageSpec: the class and the kind of
+// volume cannot change once the cluster exists, and the size may only grow.
 func TestStorageImmutable(t *testing.T) {
 	classChange := []string{"storage.storageClassName cannot be changed after creation"}
 	ephemeralChange := []string{"storage.ephemeral cannot be changed after creation"}
-	sizeChange := []string{"storage.size cannot be changed after creation", "PersistentVolumeClaims"}
+	sizeShrink := []string{"storage.size cannot shrink", "move the data with a snapshot"}
+	ephemeralSize := []string{"storage.size cannot change with storage.ephemeral: true"}
 	cases := []struct {
 		name    string
 		create  func(*v1alpha1.StorageSpec)
@@ -293,22 +294,28 @@ func TestStorageImmutable(t *testing.T) {
 			wantErr: ephemeralChange,
 		},
 		{
-			name:    "size grown refused",
+			// The operator expands the members' claims (see internal/plan/storage).
+			name:   "size grown accepted",
+			update: func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = ptr.To(resource.MustParse("2Gi")) },
+		},
+		{
+			name:    "size grown with ephemeral refused",
+			create:  func(s *v1alpha1.StorageSpec) { s.Ephemeral = ptr.To(true) },
 			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = ptr.To(resource.MustParse("2Gi")) },
-			wantErr: sizeChange,
+			wantErr: ephemeralSize,
 		},
 		{
 			name:    "size shrunk refused",
 			create:  func(s *v1alpha1.StorageSpec) { s.Size = ptr.To(resource.MustParse("10Gi")) },
 			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = ptr.To(resource.MustParse("5Gi")) },
-			wantErr: sizeChange,
+			wantErr: sizeShrink,
 		},
 		{
 			// Removing the size brings the 1Gi default back, which is a change.
 			name:    "size removed refused",
 			create:  func(s *v1alpha1.StorageSpec) { s.Size = ptr.To(resource.MustParse("2Gi")) },
 			update:  func(s *v1alpha1.EtcdClusterSpec) { s.Storage.Size = nil },
-			wantErr: sizeChange,
+			wantErr: sizeShrink,
 		},
 	}
 	ns := env.Namespace(t)

@@ -1,7 +1,7 @@
 // Command namespacedrbac derives the RBAC of etcd-pilot's namespaced mode
 // (`manager --watch-namespace`) from the ClusterRole controller-gen writes: the rules on
 // namespaced resources become a Role in the watched namespace, and only the rules on
-// cluster-scoped resources (nodes, token and access reviews) stay in a ClusterRole. The
+// cluster-scoped resources (nodes, storage classes, token and access reviews) stay in a ClusterRole. The
 // operator then has no cluster-wide Secret, ConfigMap, Lease or Pod access. `make manifests`
 // runs it after controller-gen.
 //
@@ -25,7 +25,7 @@ import (
 )
 
 // ClusterScoped are the resources of the operator's rules that no namespace holds.
-var ClusterScoped = []string{"nodes", "tokenreviews", "subjectaccessreviews"}
+var ClusterScoped = []string{"nodes", "storageclasses", "tokenreviews", "subjectaccessreviews"}
 
 func main() {
 	if len(os.Args) != 4 {

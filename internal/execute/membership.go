@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	unstructuredv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -243,6 +245,10 @@ func (x *Executor) ExecuteMembership(ctx context.Context, c *v1alpha1.EtcdCluste
 		err = x.authExec(ctx, c, t, mo.Etcd, a)
 	case plan.AdoptOperatorUser:
 		err = x.adoptOperatorUser(ctx, c, t, a.User)
+	case plan.ExpandClaim:
+		err = x.expandClaim(ctx, c, mo, a.Member, a.Size)
+	case plan.RecreateStatefulSet:
+		err = x.recreateStatefulSet(ctx, c, t, a.Size)
 	case plan.AddLearner:
 		// The intent with the time of the add is stored first, so it is never later than the
 		// add (a failed store leaves etcd untouched, and the next pass tries again).
@@ -464,4 +470,76 @@ func (x *Executor) EndDefragmentation(ctx context.Context, c *v1alpha1.EtcdClust
 	}
 	log.FromContext(ctx).Info("a recorded defragmentation is over", "member", d.Member, "since", d.Since, "evidence", why)
 	return nil
+}
+
+// CreateStatefulSet creates the rendered StatefulSet sts with replicas (see the controller's
+// keepMemberPods), under the membership field owner, which owns the replicas from then on.
+// One that exists already is success.
+func (x *Executor) CreateStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, sts *unstructuredv1.Unstructured, replicas int32) error {
+	obj := sts.DeepCopy()
+	if err := unstructuredv1.SetNestedField(obj.Object, int64(replicas), "spec", "replicas"); err != nil {
+		return fmt.Errorf("failed to set the replicas of StatefulSet %s/%s: %w", c.Namespace, obj.GetName(), err)
+	}
+	obj.SetResourceVersion("")
+	obj.SetManagedFields(nil)
+	err := x.Client.Create(ctx, obj, client.FieldOwner(MembershipFieldOwner))
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to create StatefulSet %s/%s with %d replicas: %w", c.Namespace, obj.GetName(), replicas, err)
+	}
+	log.FromContext(ctx).Info("created the StatefulSet with the replicas that keep every member pod", "statefulset", obj.GetName(), "replicas", replicas)
+	x.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "StatefulSetCreated", "CreateStatefulSet",
+		"created StatefulSet %s with %d replicas, which keep every member pod it found without one", obj.GetName(), replicas)
+	return nil
+}
+
+// expandClaim grows the data claim of member to size (never shrinks it), on the claim the pass
+// observed.
+func (x *Executor) expandClaim(ctx context.Context, c *v1alpha1.EtcdCluster, mo membership.Observation, member, size string) error {
+	want, err := resource.ParseQuantity(size)
+	if err != nil {
+		return fmt.Errorf("failed to parse the size %q: %w", size, err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := x.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: "data-" + member}, pvc); err != nil {
+		return err
+	}
+	if uid := observedUID(mo, member, true); uid != "" && pvc.UID != uid {
+		return nil // another claim than the one observed: the next pass decides again
+	}
+	if have := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(want) >= 0 {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(pvc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if pvc.Spec.Resources.Requests == nil {
+		pvc.Spec.Resources.Requests = corev1.ResourceList{}
+	}
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+	return x.Client.Patch(ctx, pvc, patch)
+}
+
+// recreateStatefulSet deletes the StatefulSet, orphaning its pods and claims, when its data
+// claim template still asks less than size; the next pass creates it again (keepMemberPods,
+// then the apply) with the new size. The UID precondition deletes only the one read here.
+func (x *Executor) recreateStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, size string) error {
+	want, err := resource.ParseQuantity(size)
+	if err != nil {
+		return fmt.Errorf("failed to parse the size %q: %w", size, err)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := x.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: t.StatefulSet}, sts); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if sts.DeletionTimestamp != nil {
+		return nil
+	}
+	for _, tmpl := range sts.Spec.VolumeClaimTemplates {
+		if have := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; tmpl.Name == observe.DataClaimTemplate && have.Cmp(want) >= 0 {
+			return nil
+		}
+	}
+	uid := sts.UID
+	return ignoreGone(x.Client.Delete(ctx, sts, client.PropagationPolicy(metav1.DeletePropagationOrphan), client.Preconditions{UID: &uid}))
 }

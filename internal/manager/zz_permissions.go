@@ -109,4 +109,5 @@ var Required = []Permission{
 	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "patch", ClusterScoped: false},
 	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "update", ClusterScoped: false},
 	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "watch", ClusterScoped: false},
+	{Group: "storage.k8s.io", Resource: "storageclasses", Verb: "get", ClusterScoped: true},
 }

@@ -180,6 +180,7 @@ func Membership(ctx context.Context, kc, api client.Reader, c *v1alpha1.EtcdClus
 			claimList[m.Name] = pvc
 		}
 	}
+	o.Claims = claimList
 	// The data holder of an ordinal is its claim, or under emptyDir storage its pod (the data
 	// lives and dies with it). Each is stamped with the member ID once that member ran on it.
 	stamps := map[string]string{}

@@ -21,6 +21,7 @@ import (
 	"github.com/etcd-pilot/etcd-pilot/internal/plan"
 	authplan "github.com/etcd-pilot/etcd-pilot/internal/plan/auth"
 	"github.com/etcd-pilot/etcd-pilot/internal/plan/peerswitch"
+	"github.com/etcd-pilot/etcd-pilot/internal/plan/storage"
 	"github.com/etcd-pilot/etcd-pilot/internal/render"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,6 +64,11 @@ type Observation struct {
 	StsApplied string
 	// Pods are the member Pods, listed once per pass (nil when the StatefulSet is absent).
 	Pods *corev1.PodList
+	// Claims are the member pods' data claims the membership observation read, by pod name
+	// (nil when it did not run, or under emptyDir storage).
+	Claims map[string]*corev1.PersistentVolumeClaim
+	// Storage is the storage planner's view of them (nil when it was not built).
+	Storage *storage.Observation
 
 	Etcd    *etcd.Observed // nil when etcd was not asked or did not answer
 	EtcdErr error

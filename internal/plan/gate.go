@@ -94,6 +94,7 @@ var Invariants = []Invariant{
 	{"AuthChangesWithAHealthyQuorum", authWithQuorum},
 	{"OperatorKeepsARootUser", operatorKeepsRoot},
 	{"PeerURLMovesToAnAnsweringListener", peerURLAnswers},
+	{"StorageChangesOnASettledCluster", storageOnASettledCluster},
 }
 
 // Check passes s through every invariant and returns the first refusal, or nil. Waits, None
@@ -474,6 +475,35 @@ func neverDisarmCorrupt(s Step, v *evidenceView) string {
 			"remove it so that it is replaced, or restore from a backup"
 	}
 	return fmt.Sprintf("only a NOSPACE alarm may be disarmed, not %q", s.Alarm)
+}
+
+// storageOnASettledCluster: a member's claim is expanded, or the StatefulSet re-created
+// (orphaning its pods), only while no membership change or defragmentation is recorded, and
+// only for claims that exist and are not being deleted. The StatefulSet is re-created only
+// once the cluster formed: the new one is created with the replicas that keep every member
+// pod, which a formation has not settled yet.
+func storageOnASettledCluster(s Step, v *evidenceView) string {
+	if s.Kind != ExpandClaim && s.Kind != RecreateStatefulSet {
+		return ""
+	}
+	switch {
+	case v.e.Intent != nil:
+		return fmt.Sprintf("a membership change is recorded (%s %s)", v.e.Intent.Op, v.e.Intent.Member)
+	case v.e.Defragmentation != nil:
+		return fmt.Sprintf("a defragmentation of %s is recorded", v.e.Defragmentation.Member)
+	case s.Kind == RecreateStatefulSet && !v.e.Formed:
+		return "the cluster has not formed"
+	}
+	if s.Kind == ExpandClaim {
+		p, ok := v.pods[s.Member]
+		switch {
+		case !ok || !p.PVCExists || p.Ephemeral:
+			return fmt.Sprintf("%s has no volume claim", s.Member)
+		case p.PVCDeleting:
+			return fmt.Sprintf("the claim of %s is being deleted", s.Member)
+		}
+	}
+	return ""
 }
 
 // claimsOnlyOfNonVoters: a claim is deleted only when it exists (emptyDir storage has none)

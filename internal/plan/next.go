@@ -11,6 +11,7 @@ const (
 	PlannerMaintenance      = "maintenance"
 	PlannerAuth             = "auth"
 	PlannerPeerSwitch       = "peerswitch"
+	PlannerStorage          = "storage"
 )
 
 // Proposals is every planner's proposal for one pass: a Step of Kind None (or the zero
@@ -37,6 +38,8 @@ type Proposals struct {
 	// PeerURL: the peer switch's next URL move (UpdatePeerURL), or the Wait when the URL
 	// cannot be moved.
 	PeerURL Step
+	// Storage: storage.Decide (a grown spec.storage.size).
+	Storage Step
 
 	// Defragmenting: a recorded defragmentation stands (plan.Defragmentation).
 	Defragmenting bool
@@ -82,6 +85,7 @@ type entry struct {
 //	                                                        d is None or Alarms
 //	auth                d is None                           AuthAnswered (its bare None too)
 //	peerswitch          d is None                           own is not None
+//	storage             d is None                           own is not None
 //
 // Today's behaviour, kept as found (controllers/etcdcluster_*.go), where it may surprise:
 //   - rollout: the test is on Reason alone, whatever the Kind; membership gives
@@ -144,6 +148,14 @@ var priority = []entry{
 	{
 		planner: PlannerPeerSwitch, when: "the step so far is None and the peer switch proposes a move",
 		own:   func(p Proposals) Step { return p.PeerURL },
+		asked: func(d decision, _ Proposals) bool { return d.step.Kind == None },
+		takes: func(_ decision, own Step, _ Proposals) bool { return proposes(own) },
+	},
+	{
+		// Volumes grow on a settled cluster: no membership change, rollout, maintenance,
+		// authentication change or peer URL move is under way or waiting.
+		planner: PlannerStorage, when: "the step so far is None and the storage planner proposes a step or a wait",
+		own:   func(p Proposals) Step { return p.Storage },
 		asked: func(d decision, _ Proposals) bool { return d.step.Kind == None },
 		takes: func(_ decision, own Step, _ Proposals) bool { return proposes(own) },
 	},

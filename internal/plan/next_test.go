@@ -28,6 +28,8 @@ var (
 	wAuthNoCert   = Waiting(v1alpha1.ReasonEnablingAuth, "spec.auth needs the operator's client certificate")
 	aPeerURL      = Step{Kind: UpdatePeerURL, Member: "etc-1", ID: 0x101, PeerURL: "https://etc-1.etc.ns.svc:2380", Reason: v1alpha1.ReasonSwitchingPeerTLS}
 	wPeerURL      = Step{Kind: Wait, Member: "etc-1", Reason: v1alpha1.ReasonSwitchingPeerTLS, Message: "no port to move to"}
+	aExpand       = Step{Kind: ExpandClaim, Member: "etc-0", Size: "2Gi", Reason: v1alpha1.ReasonExpandingVolumes}
+	wExpand       = Step{Kind: Wait, Reason: v1alpha1.ReasonExpandingVolumes, Message: "etc-0 resizing"}
 	aRemoveMember = Step{Kind: RemoveMember, Member: "etc-3", ID: 0x103, Reason: v1alpha1.ReasonScaleIn}
 )
 
@@ -101,6 +103,14 @@ func TestNext(t *testing.T) {
 		{"no peer URL move over an action", Proposals{Membership: aScaleOut, PeerURL: aPeerURL}, aScaleOut, PlannerMembership},
 		{"peer URL move after auth's bare None", Proposals{Membership: nReconciled, Auth: nBare, AuthAnswered: true, PeerURL: aPeerURL}, aPeerURL, PlannerPeerSwitch},
 
+		// storage (a grown spec.storage.size): only on a settled cluster
+		{"volume expansion over None", Proposals{Membership: nReconciled, Storage: aExpand}, aExpand, PlannerStorage},
+		{"volume expansion's wait over None", Proposals{Membership: nReconciled, Storage: wExpand}, wExpand, PlannerStorage},
+		{"volume expansion after auth's bare None", Proposals{Membership: nReconciled, Auth: nBare, AuthAnswered: true, Storage: aExpand}, aExpand, PlannerStorage},
+		{"no volume expansion over a wait", Proposals{Membership: wStarting, Storage: aExpand}, wStarting, PlannerMembership},
+		{"no volume expansion over the peer switch", Proposals{Membership: nReconciled, PeerURL: wPeerURL, Storage: aExpand}, wPeerURL, PlannerPeerSwitch},
+		{"no volume expansion over a rollout", Proposals{Membership: nReconciled, Rollout: aRestart, Storage: aExpand}, aRestart, PlannerRollout},
+
 		// the order among simultaneous proposals
 		{"membership before the rollout", Proposals{Membership: aScaleOut, Rollout: aRestart, Maintenance: aDefrag, Auth: aEnableAuth, AuthAnswered: true,
 			PeerURL: aPeerURL}, aScaleOut, PlannerMembership},
@@ -154,6 +164,9 @@ func todaysChain(p Proposals) (Step, string) {
 	if a.Kind == None && p.PeerURL.Kind != None {
 		a, by = p.PeerURL, PlannerPeerSwitch
 	}
+	if a.Kind == None && p.Storage.Kind != None && p.Storage.Kind != "" {
+		a, by = p.Storage, PlannerStorage
+	}
 	return a, by
 }
 
@@ -167,6 +180,7 @@ func TestNextIsTodaysChain(t *testing.T) {
 	maintenances := []Step{nBare, aDefrag, aAdvance, aDisarm, wCorrupt}
 	auths := []Step{nBare, wAuthNoCert, aEnableAuth}
 	peers := []Step{nBare, aPeerURL, wPeerURL}
+	storages := []Step{nBare, aExpand, wExpand}
 	n := 0
 	for _, r := range restores {
 		for _, m := range memberships {
@@ -175,15 +189,17 @@ func TestNextIsTodaysChain(t *testing.T) {
 					for _, mt := range maintenances {
 						for _, au := range auths {
 							for _, pe := range peers {
-								for flags := range 8 {
-									p := Proposals{Restore: r, Membership: m, Rollout: ro, PreUpgradeBackup: b, Maintenance: mt, Auth: au, PeerURL: pe,
-										Defragmenting: flags&1 != 0, Alarms: flags&2 != 0, AuthAnswered: flags&4 != 0}
-									got, by := Next(p)
-									want, wantBy := todaysChain(p)
-									if got != want || by != wantBy {
-										t.Fatalf("%+v: Next %s %+v, today %s %+v", p, by, got, wantBy, want)
+								for _, st := range storages {
+									for flags := range 8 {
+										p := Proposals{Restore: r, Membership: m, Rollout: ro, PreUpgradeBackup: b, Maintenance: mt, Auth: au, PeerURL: pe, Storage: st,
+											Defragmenting: flags&1 != 0, Alarms: flags&2 != 0, AuthAnswered: flags&4 != 0}
+										got, by := Next(p)
+										want, wantBy := todaysChain(p)
+										if got != want || by != wantBy {
+											t.Fatalf("%+v: Next %s %+v, today %s %+v", p, by, got, wantBy, want)
+										}
+										n++
 									}
-									n++
 								}
 							}
 						}
@@ -254,7 +270,7 @@ func TestPriority(t *testing.T) {
 		}
 		order = append(order, r.Planner)
 	}
-	want := []string{PlannerRestore, PlannerMembership, PlannerRollout, PlannerPreUpgradeBackup, PlannerMaintenance, PlannerAuth, PlannerPeerSwitch}
+	want := []string{PlannerRestore, PlannerMembership, PlannerRollout, PlannerPreUpgradeBackup, PlannerMaintenance, PlannerAuth, PlannerPeerSwitch, PlannerStorage}
 	if !slices.Equal(order, want) {
 		t.Fatalf("order %v, want %v", order, want)
 	}
@@ -277,6 +293,8 @@ func TestPriority(t *testing.T) {
 			p.Auth = s
 		case PlannerPeerSwitch:
 			p.PeerURL = s
+		case PlannerStorage:
+			p.Storage = s
 		}
 		if got := priority[i].own(p); got != s {
 			t.Errorf("row %s reads %+v, want its own proposal", name, got)

@@ -65,6 +65,13 @@ const (
 	// it pass only when every voter is healthy and the member answered at PeerURL in this
 	// pass, as a member of this cluster.
 	UpdatePeerURL Kind = "UpdatePeerURL"
+	// ExpandClaim: set the data claim of the pod Member to ask for Size (it only grows). The
+	// storage grows the volume; the member keeps running.
+	ExpandClaim Kind = "ExpandClaim"
+	// RecreateStatefulSet: delete the StatefulSet while orphaning its pods (and their claims),
+	// so that the next apply creates it with the claim template's new size; the operator
+	// creates it with the replicas that keep every member pod.
+	RecreateStatefulSet Kind = "RecreateStatefulSet"
 )
 
 // Alarm types etcd raises, as etcd names them (etcdserverpb.AlarmType).
@@ -93,6 +100,8 @@ type Step struct {
 	Target uint64
 	// Entries is the number of raft entries AdvanceLog appends.
 	Entries int
+	// Size is the storage ExpandClaim asks for (a resource quantity).
+	Size string
 	// Revision is the revision Compact compacts the keyspace to.
 	Revision int64
 	// Alarm is the alarm type DisarmAlarm disarms (AlarmNoSpace).

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	unstructuredv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -253,18 +254,24 @@ func SpecReplicas(c *v1alpha1.EtcdCluster) int32 {
 	return values.DefaultReplicas
 }
 
-// PinClaimTemplates makes the StatefulSet in desired carry the labels and annotations of
-// live's volume claim templates, claim by claim name. A StatefulSet's volumeClaimTemplates
-// cannot change, so labels that differ from what it was created with (commonLabels that went
-// there before the chart stopped putting them in, or storage.claimLabels changed later) would
-// make every apply of it fail. live may be nil (nothing created yet).
+// PinClaimTemplates makes the StatefulSet in desired carry the labels, annotations and
+// storage request of live's volume claim templates, claim by claim name. A StatefulSet's
+// volumeClaimTemplates cannot change, so labels that differ from what it was created with
+// (commonLabels that went there before the chart stopped putting them in, or
+// storage.claimLabels changed later), or a grown spec.storage.size, would make every apply of
+// it fail. The storage planner grows the claims themselves, then re-creates the StatefulSet,
+// which carries the new size from then on. live may be nil (nothing created yet).
 func PinClaimTemplates(desired []*unstructured, live *appsv1.StatefulSet) error {
 	if live == nil {
 		return nil
 	}
 	byName := map[string]metav1.ObjectMeta{}
+	liveSize := map[string]string{}
 	for _, t := range live.Spec.VolumeClaimTemplates {
 		byName[t.Name] = t.ObjectMeta
+		if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			liveSize[t.Name] = q.String()
+		}
 	}
 	for _, o := range desired {
 		if o.GetKind() != "StatefulSet" || o.GetName() != live.Name {
@@ -291,6 +298,11 @@ func PinClaimTemplates(desired []*unstructured, live *appsv1.StatefulSet) error 
 				}
 				if err := unstructuredv1.SetNestedStringMap(m, v, "metadata", field); err != nil {
 					return fmt.Errorf("failed to pin the %s of volume claim template %s: %w", field, name, err)
+				}
+			}
+			if size, ok := liveSize[name]; ok {
+				if err := unstructuredv1.SetNestedField(m, size, "spec", "resources", "requests", "storage"); err != nil {
+					return fmt.Errorf("failed to pin the size of volume claim template %s: %w", name, err)
 				}
 			}
 			tmpls[i] = m

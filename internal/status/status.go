@@ -56,6 +56,13 @@ func Set(c *v1alpha1.EtcdCluster, o observe.Observation, t render.Topology) {
 	if o.TargetVersion != "" {
 		s.TargetVersion = o.TargetVersion
 	}
+	switch {
+	case o.Ephemeral:
+		s.Storage = nil
+	case o.Storage != nil:
+		// Only a pass that read the claims says where they stand; others keep what was said.
+		s.Storage = observe.StorageStatus(o.Storage)
+	}
 	if o.Etcd != nil {
 		var leader, leaderID string
 		s.Members, leader, leaderID, s.CurrentVersion = MemberStatuses(*o.Etcd)
