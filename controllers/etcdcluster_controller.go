@@ -400,7 +400,7 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	if specErr == nil && !c.Spec.Paused {
 		applyErr = r.exec.EnsureFoundingConfig(ctx, c, topo)
 		if applyErr == nil && !holdStatefulSet(c, mem) {
-			applyErr = r.keepMemberPods(ctx, c, topo, desired)
+			applyErr = r.pinReplicas(ctx, c, topo, desired)
 		}
 		if applyErr == nil {
 			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c, mem))
@@ -633,15 +633,17 @@ func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdC
 	return render.PinClaimTemplates(desired, live)
 }
 
-// keepMemberPods creates the StatefulSet, when it is absent while member pods exist, with the
-// replicas that keep every one of them: one above the highest ordinal. It is absent so after
-// the storage planner deleted it (orphaning its pods) to grow its claim template, or a person
-// did (kubectl delete --cascade=orphan). Applied as rendered, it would get the default of one
-// replica (the chart leaves .spec.replicas to the operator), and the StatefulSet controller
-// would delete every other member's pod at once. The create is one call, so no crash leaves
-// it without its replicas; the apply that follows sets the rest of the rendered object and
-// never owns the replicas.
-func (r *EtcdClusterReconciler) keepMemberPods(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
+// pinReplicas sets the replicas of the StatefulSet in desired, so that no apply ever creates
+// it with fewer than keep every member pod. The chart leaves .spec.replicas to the operator: a
+// StatefulSet applied without them while absent gets the default of one, and the StatefulSet
+// controller deletes every other member's pod at once. It is absent so after the storage
+// planner deleted it (orphaning its pods) to grow its claim template, or a person did
+// (kubectl delete --cascade=orphan); and the manager's cache may still show one the API
+// server no longer has. So the live StatefulSet is read from the API server: when it exists,
+// desired carries its replicas (the membership steps change them, never the apply); when it
+// does not, one above the highest ordinal of the member pods (none: the first formation, which
+// starts from one).
+func (r *EtcdClusterReconciler) pinReplicas(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
 	var sts *unstructured
 	for _, o := range desired {
 		if o.GetKind() == "StatefulSet" && o.GetName() == t.StatefulSet {
@@ -652,24 +654,33 @@ func (r *EtcdClusterReconciler) keepMemberPods(ctx context.Context, c *v1alpha1.
 		return nil
 	}
 	live := &appsv1.StatefulSet{}
-	err := r.cached(ctx).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
-	if !apierrors.IsNotFound(err) {
-		return client.IgnoreNotFound(err)
-	}
-	pods := &corev1.PodList{}
-	if err := r.cached(ctx).List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
-		return fmt.Errorf("failed to list the member pods of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
-	}
 	replicas := int32(0)
-	for _, p := range pods.Items {
-		if k, ok := plan.Ordinal(t.StatefulSet, p.Name); ok && k+1 > replicas {
-			replicas = k + 1
+	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
+	switch {
+	case err == nil && live.Spec.Replicas != nil:
+		replicas = *live.Spec.Replicas
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
+	default:
+		pods := &corev1.PodList{}
+		if err := r.cached(ctx).List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
+			return fmt.Errorf("failed to list the member pods of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		for _, p := range pods.Items {
+			if k, ok := plan.Ordinal(t.StatefulSet, p.Name); ok && k+1 > replicas {
+				replicas = k + 1
+			}
+		}
+		if replicas == 0 {
+			return nil
 		}
 	}
-	if replicas == 0 {
-		return nil
+	if err := unstructuredv1.SetNestedField(sts.Object, int64(replicas), "spec", "replicas"); err != nil {
+		return fmt.Errorf("failed to set the replicas of StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
 	}
-	return r.exec.CreateStatefulSet(ctx, c, sts, replicas)
+	return nil
 }
 
 // reconcileDelete deletes what the cluster owns, and its volume claims only when

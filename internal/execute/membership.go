@@ -472,29 +472,6 @@ func (x *Executor) EndDefragmentation(ctx context.Context, c *v1alpha1.EtcdClust
 	return nil
 }
 
-// CreateStatefulSet creates the rendered StatefulSet sts with replicas (see the controller's
-// keepMemberPods), under the membership field owner, which owns the replicas from then on.
-// One that exists already is success.
-func (x *Executor) CreateStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, sts *unstructuredv1.Unstructured, replicas int32) error {
-	obj := sts.DeepCopy()
-	if err := unstructuredv1.SetNestedField(obj.Object, int64(replicas), "spec", "replicas"); err != nil {
-		return fmt.Errorf("failed to set the replicas of StatefulSet %s/%s: %w", c.Namespace, obj.GetName(), err)
-	}
-	obj.SetResourceVersion("")
-	obj.SetManagedFields(nil)
-	err := x.Client.Create(ctx, obj, client.FieldOwner(MembershipFieldOwner))
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("failed to create StatefulSet %s/%s with %d replicas: %w", c.Namespace, obj.GetName(), replicas, err)
-	}
-	log.FromContext(ctx).Info("created the StatefulSet with the replicas that keep every member pod", "statefulset", obj.GetName(), "replicas", replicas)
-	x.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "StatefulSetCreated", "CreateStatefulSet",
-		"created StatefulSet %s with %d replicas, which keep every member pod it found without one", obj.GetName(), replicas)
-	return nil
-}
-
 // expandClaim grows the data claim of member to size (never shrinks it), on the claim the pass
 // observed.
 func (x *Executor) expandClaim(ctx context.Context, c *v1alpha1.EtcdCluster, mo membership.Observation, member, size string) error {
@@ -521,8 +498,8 @@ func (x *Executor) expandClaim(ctx context.Context, c *v1alpha1.EtcdCluster, mo 
 }
 
 // recreateStatefulSet deletes the StatefulSet, orphaning its pods and claims, when its data
-// claim template still asks less than size; the next pass creates it again (keepMemberPods,
-// then the apply) with the new size. The UID precondition deletes only the one read here.
+// claim template still asks less than size; the next pass's apply creates it again with the
+// new size and the replicas that keep every member pod (the controller's pinReplicas). The UID precondition deletes only the one read here.
 func (x *Executor) recreateStatefulSet(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, size string) error {
 	want, err := resource.ParseQuantity(size)
 	if err != nil {

@@ -33,74 +33,15 @@ func TestGrownStorageUnderWrites(t *testing.T) {
 	w := startWriter(t, ns, 3)
 	s := startSampler(t, ns)
 	w.waitAcked(t, 50)
-
-	before := map[string]string{}
-	for _, p := range memberPods(t, ns) {
-		before[p.Name] = fmt.Sprintf("%s/%d", p.UID, restartCount(&p))
-	}
-	old := &appsv1.StatefulSet{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, old); err != nil {
-		t.Fatal(err)
-	}
-
-	start := time.Now()
-	c := getCluster(t, ns)
-	patch := client.MergeFrom(c.DeepCopy())
-	c.Spec.Storage.Size = ptr.To(resource.MustParse("2Gi"))
-	if err := k8s.Patch(context.Background(), c, patch); err != nil {
-		t.Fatal(err)
-	}
-	var grown time.Duration
-	eventually(t, 3*time.Minute, "every claim at 2Gi", func() error {
-		for i := range 3 {
-			pvc := &corev1.PersistentVolumeClaim{}
-			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-etcd-%d", i)}, pvc); err != nil {
-				return err
-			}
-			if q := pvc.Status.Capacity[corev1.ResourceStorage]; q.Cmp(resource.MustParse("2Gi")) < 0 {
-				return fmt.Errorf("%s has %s", pvc.Name, q.String())
-			}
-		}
-		grown = time.Since(start)
-		return nil
-	})
-	eventually(t, 3*time.Minute, "a new StatefulSet with 2Gi, the cluster Ready", func() error {
-		sts := &appsv1.StatefulSet{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, sts); err != nil {
-			return err
-		}
-		size := ""
-		for _, tmpl := range sts.Spec.VolumeClaimTemplates {
-			q := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]
-			size = q.String()
-		}
-		if sts.UID == old.UID || size != "2Gi" || sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
-			return fmt.Errorf("StatefulSet %s (old %v) template %s replicas %v", sts.UID, sts.UID == old.UID, size, sts.Spec.Replicas)
-		}
-		c := getCluster(t, ns)
-		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
-		if ready == nil || ready.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
-			return fmt.Errorf("Ready %+v", ready)
-		}
-		if st := c.Status.Storage; st == nil || st.TemplateSize != "2Gi" {
-			return fmt.Errorf("status.storage %+v", st)
-		}
-		return nil
-	})
-	took := time.Since(start)
-	for _, p := range memberPods(t, ns) {
-		if now := fmt.Sprintf("%s/%d", p.UID, restartCount(&p)); before[p.Name] != now {
-			t.Errorf("member pod %s changed (uid/restarts %s, was %s): expansion must not restart members", p.Name, now, before[p.Name])
-		}
-	}
+	grown, took := growStorage(t, ns, "2Gi")
 	w.finish(t, ns, 3)
 	s.finish(t)
 	t.Logf("claims grown to 2Gi in %s, StatefulSet re-created and the cluster Ready in %s; longest write gap %s, no pod restarted",
 		grown.Round(time.Millisecond), took.Round(time.Millisecond), w.longestGap().Round(time.Millisecond))
 
 	// A member added now gets a claim of the new size from the re-created template.
-	c = getCluster(t, ns)
-	patch = client.MergeFrom(c.DeepCopy())
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
 	c.Spec.Replicas = ptr.To(int32(4))
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
@@ -115,6 +56,101 @@ func TestGrownStorageUnderWrites(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestOperatorKilledWhileGrowingStorageConverges kills the operator right after each step
+// of a volume expansion (the claim grown, the StatefulSet deleted with its pods orphaned)
+// while a client writes: the expansion completes, the StatefulSet comes back with its three
+// replicas (never the default of one), and no member pod is deleted or restarted.
+func TestOperatorKilledWhileGrowingStorageConverges(t *testing.T) {
+	ns := namespace(t)
+	createCluster(t, ns, 3)
+	t.Cleanup(func() { restartOperator(t, "") })
+	w := startWriter(t, ns, 3)
+	s := startSampler(t, ns)
+	w.waitAcked(t, 50)
+	for _, step := range []struct{ fault, size string }{{"RecreateStatefulSet", "2Gi"}, {"ExpandClaim", "3Gi"}} {
+		restartOperator(t, step.fault)
+		_, took := growStorage(t, ns, step.size)
+		if got := operatorCrashes(t); got == 0 {
+			t.Fatalf("growing to %s never reached the fault point after %s", step.size, step.fault)
+		} else {
+			t.Logf("grown to %s in %s with the operator killed %d times after %s", step.size, took.Round(100*time.Millisecond), got, step.fault)
+		}
+	}
+	restartOperator(t, "")
+	s.finish(t)
+	w.finish(t, ns, 3)
+}
+
+// growStorage sets spec.storage.size of the 3-member cluster "etcd" in ns to size and waits
+// until every claim has it, the StatefulSet was re-created with it and three replicas, and
+// the cluster is Ready; it fails the test if a member pod was deleted or restarted. It
+// returns how long the claims took to grow, and the whole change.
+func growStorage(t *testing.T, ns, size string) (grown, took time.Duration) {
+	t.Helper()
+	want := resource.MustParse(size)
+	before := map[string]string{}
+	for _, p := range memberPods(t, ns) {
+		before[p.Name] = fmt.Sprintf("%s/%d", p.UID, restartCount(&p))
+	}
+	old := &appsv1.StatefulSet{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, old); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c := getCluster(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.Storage.Size = &want
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "every claim at "+size, func() error {
+		for i := range 3 {
+			pvc := &corev1.PersistentVolumeClaim{}
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-etcd-%d", i)}, pvc); err != nil {
+				return err
+			}
+			if q := pvc.Status.Capacity[corev1.ResourceStorage]; q.Cmp(want) < 0 {
+				return fmt.Errorf("%s has %s", pvc.Name, q.String())
+			}
+		}
+		grown = time.Since(start)
+		return nil
+	})
+	eventually(t, 3*time.Minute, "a new StatefulSet with "+size+", the cluster Ready", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, sts); err != nil {
+			return err
+		}
+		if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
+			t.Fatalf("StatefulSet %s has replicas %v: it must keep every member pod", sts.UID, sts.Spec.Replicas)
+		}
+		tmpl := ""
+		for _, ct := range sts.Spec.VolumeClaimTemplates {
+			q := ct.Spec.Resources.Requests[corev1.ResourceStorage]
+			tmpl = q.String()
+		}
+		if sts.UID == old.UID || tmpl != size {
+			return fmt.Errorf("StatefulSet %s (the old one: %v) template %s", sts.UID, sts.UID == old.UID, tmpl)
+		}
+		c := getCluster(t, ns)
+		ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
+			return fmt.Errorf("Ready %+v", ready)
+		}
+		if st := c.Status.Storage; st == nil || st.TemplateSize != size {
+			return fmt.Errorf("status.storage %+v", st)
+		}
+		return nil
+	})
+	took = time.Since(start)
+	for _, p := range memberPods(t, ns) {
+		if now := fmt.Sprintf("%s/%d", p.UID, restartCount(&p)); before[p.Name] != now {
+			t.Errorf("member pod %s changed (uid/restarts %s, was %s): expansion must not restart members", p.Name, now, before[p.Name])
+		}
+	}
+	return grown, took
 }
 
 // memberPods are the member pods of the cluster "etcd" in ns.
