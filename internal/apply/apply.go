@@ -159,9 +159,16 @@ func (a *Applier) newObject(gvk schema.GroupVersionKind) (client.Object, error) 
 	return co, nil
 }
 
-// Hash returns a stable hash of obj without the hash annotation.
+// Hash returns a stable hash of obj without the hash annotation, and, for a StatefulSet,
+// without its replicas: they are the operator's membership steps', which the apply carries
+// only so that it never creates the StatefulSet with fewer (see the controller's
+// pinReplicas). A scale is no change of the render: the hash, which tells whether the
+// StatefulSet read is the one last applied, stays the same.
 func Hash(obj *unstructured.Unstructured) (string, error) {
 	c := obj.DeepCopy()
+	if c.GetKind() == "StatefulSet" {
+		unstructured.RemoveNestedField(c.Object, "spec", "replicas")
+	}
 	ann := c.GetAnnotations()
 	delete(ann, HashAnnotation)
 	if len(ann) == 0 {

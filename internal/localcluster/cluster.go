@@ -169,8 +169,10 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	step("CRDs installed")
 
-	if _, err := c.client.StorageV1().StorageClasses().Create(ctx, node.StorageClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return c, fmt.Errorf("failed to create the StorageClass: %w", err)
+	for _, sc := range node.StorageClasses() {
+		if _, err := c.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return c, fmt.Errorf("failed to create StorageClass %s: %w", sc.Name, err)
+		}
 	}
 	auxCtx, auxStop := context.WithCancel(context.Background())
 	c.auxStop = auxStop

@@ -252,8 +252,10 @@ func UpLane(ctx context.Context, opts LaneOptions) (l *Lane, err error) {
 	if err := installCRDs(ctx, l.cp.RESTConfig, filepath.Join(opts.Binaries.Root, "config", "crd", "bases")); err != nil {
 		return l, err
 	}
-	if _, err := l.client.StorageV1().StorageClasses().Create(ctx, node.StorageClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return l, fmt.Errorf("failed to create the StorageClass: %w", err)
+	for _, sc := range node.StorageClasses() {
+		if _, err := l.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return l, fmt.Errorf("failed to create StorageClass %s: %w", sc.Name, err)
+		}
 	}
 	auxCtx, auxStop := context.WithCancel(context.Background())
 	l.auxStop = auxStop

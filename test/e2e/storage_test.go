@@ -58,6 +58,28 @@ func TestGrownStorageUnderWrites(t *testing.T) {
 	})
 }
 
+// TestGrownStorageOfflineRestartsOneMemberAtATime: on a class whose file systems grow only
+// when the volume is mounted again (the local cluster's local-offline), the claims grow, stay
+// FileSystemResizePending while the members run, and after two minutes the operator
+// restarts the members one at a time, followers first and the leader last after one
+// hand-over: no acknowledged write lost, no unsafe sample, at most one leader change.
+func TestGrownStorageOfflineRestartsOneMemberAtATime(t *testing.T) {
+	ns := namespace(t)
+	createWith(t, ns, v1alpha1.EtcdClusterSpec{Replicas: ptr.To(int32(3)), Storage: v1alpha1.StorageSpec{StorageClassName: ptr.To("local-offline")}})
+	w := startWriter(t, ns, 3)
+	s := startSampler(t, ns)
+	w.waitAcked(t, 50)
+	grown, took := growStorageWith(t, ns, "2Gi", true)
+	changes := w.termChanges()
+	w.finish(t, ns, 3)
+	s.finish(t)
+	if changes > 1 {
+		t.Errorf("%d leader changes: the leader should hand over once, after its followers restarted", changes)
+	}
+	t.Logf("claims grown offline to 2Gi in %s (each member restarted once), the cluster Ready in %s; %d leader change(s), longest write gap %s",
+		grown.Round(time.Millisecond), took.Round(time.Millisecond), changes, w.longestGap().Round(time.Millisecond))
+}
+
 // TestOperatorKilledWhileGrowingStorageConverges kills the operator right after each step
 // of a volume expansion (the claim grown, the StatefulSet deleted with its pods orphaned)
 // while a client writes: the expansion completes, the StatefulSet comes back with its three
@@ -89,6 +111,15 @@ func TestOperatorKilledWhileGrowingStorageConverges(t *testing.T) {
 // returns how long the claims took to grow, and the whole change.
 func growStorage(t *testing.T, ns, size string) (grown, took time.Duration) {
 	t.Helper()
+	return growStorageWith(t, ns, size, false)
+}
+
+// growStorageWith is growStorage; with offline (a class whose file systems grow only when
+// remounted) it instead requires every member pod to have been replaced exactly once (one
+// restart each, one at a time), and waits past the operator's two minutes for a file system
+// to grow online.
+func growStorageWith(t *testing.T, ns, size string, offline bool) (grown, took time.Duration) {
+	t.Helper()
 	want := resource.MustParse(size)
 	before := map[string]string{}
 	for _, p := range memberPods(t, ns) {
@@ -105,7 +136,21 @@ func growStorage(t *testing.T, ns, size string) (grown, took time.Duration) {
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "every claim at "+size, func() error {
+	uids := map[string]map[string]bool{}
+	seen := func() {
+		for _, p := range memberPods(t, ns) {
+			if uids[p.Name] == nil {
+				uids[p.Name] = map[string]bool{}
+			}
+			uids[p.Name][string(p.UID)] = true
+		}
+	}
+	timeout := 3 * time.Minute
+	if offline {
+		timeout = 6 * time.Minute
+	}
+	eventually(t, timeout, "every claim at "+size, func() error {
+		seen()
 		for i := range 3 {
 			pvc := &corev1.PersistentVolumeClaim{}
 			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-etcd-%d", i)}, pvc); err != nil {
@@ -119,6 +164,7 @@ func growStorage(t *testing.T, ns, size string) (grown, took time.Duration) {
 		return nil
 	})
 	eventually(t, 3*time.Minute, "a new StatefulSet with "+size+", the cluster Ready", func() error {
+		seen()
 		sts := &appsv1.StatefulSet{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "etcd"}, sts); err != nil {
 			return err
@@ -146,7 +192,11 @@ func growStorage(t *testing.T, ns, size string) (grown, took time.Duration) {
 	})
 	took = time.Since(start)
 	for _, p := range memberPods(t, ns) {
-		if now := fmt.Sprintf("%s/%d", p.UID, restartCount(&p)); before[p.Name] != now {
+		now := fmt.Sprintf("%s/%d", p.UID, restartCount(&p))
+		switch {
+		case offline && (len(uids[p.Name]) != 2 || before[p.Name] == now):
+			t.Errorf("member pod %s: %d pods seen by its name (now %s, was %s), want one restart", p.Name, len(uids[p.Name]), now, before[p.Name])
+		case !offline && before[p.Name] != now:
 			t.Errorf("member pod %s changed (uid/restarts %s, was %s): expansion must not restart members", p.Name, now, before[p.Name])
 		}
 	}

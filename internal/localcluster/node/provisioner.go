@@ -26,6 +26,10 @@ import (
 const (
 	// StorageClassName is the name of the local cluster's default StorageClass.
 	StorageClassName = "local"
+	// OfflineStorageClassName is a class of the same provisioner whose file systems grow only
+	// offline: a grown claim stays FileSystemResizePending until the pod using it starts
+	// again, as with storage drivers without online expansion.
+	OfflineStorageClassName = "local-offline"
 	// ProvisionerName provisions the StorageClass's volumes.
 	ProvisionerName = "etcdpilot.io/local"
 
@@ -53,6 +57,20 @@ func StorageClass() *storagev1.StorageClass {
 		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
 	}
+}
+
+// StorageClasses are the classes to install for RunProvisioner: the default one, and the
+// one whose file systems grow only offline.
+func StorageClasses() []*storagev1.StorageClass {
+	offline := StorageClass()
+	offline.Name, offline.Annotations = OfflineStorageClassName, nil
+	return []*storagev1.StorageClass{StorageClass(), offline}
+}
+
+// ourClass reports whether class is one of RunProvisioner's.
+func ourClass(class *string) bool {
+	c := ptr.Deref(class, "")
+	return c == StorageClassName || c == OfflineStorageClassName
 }
 
 // RunProvisioner provisions the volumes of the local StorageClass until ctx ends: for every
@@ -162,7 +180,7 @@ func (p *provisioner) syncClaim(ctx context.Context, key string) error {
 		return p.resize(ctx, pvc)
 	}
 	node := pvc.Annotations[annSelectedNode]
-	if ptr.Deref(pvc.Spec.StorageClassName, "") != StorageClassName || node == "" ||
+	if !ourClass(pvc.Spec.StorageClassName) || node == "" ||
 		pvc.Spec.VolumeName != "" || pvc.Status.Phase != corev1.ClaimPending || pvc.DeletionTimestamp != nil {
 		return nil
 	}
@@ -208,7 +226,7 @@ func (p *provisioner) syncClaim(ctx context.Context, key string) error {
 				Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID,
 			},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			StorageClassName:              StorageClassName,
+			StorageClassName:              ptr.Deref(pvc.Spec.StorageClassName, StorageClassName),
 			VolumeMode:                    ptr.To(corev1.PersistentVolumeFilesystem),
 			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
@@ -262,6 +280,14 @@ func (p *provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeCl
 	if have := pvc.Status.Capacity[corev1.ResourceStorage]; have.Cmp(capacity) >= 0 && len(pvc.Status.Conditions) == 0 {
 		return nil
 	}
+	if ptr.Deref(pvc.Spec.StorageClassName, "") == OfflineStorageClassName {
+		// Offline: the file system grows when a pod mounts the volume again. Pod starts are
+		// not claim events: look again in a while.
+		if running, err := p.mountedSince(ctx, pvc); err != nil || running {
+			p.queue.AddAfter("pvc/"+pvc.Namespace+"/"+pvc.Name, 2*time.Second)
+			return err
+		}
+	}
 	pvc = pvc.DeepCopy()
 	if pvc.Status.Capacity == nil {
 		pvc.Status.Capacity = corev1.ResourceList{}
@@ -274,6 +300,32 @@ func (p *provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeCl
 	}
 	p.log.Info("Grew file system", "claim", pvc.Namespace+"/"+pvc.Name, "size", capacity.String())
 	return nil
+}
+
+// mountedSince reports whether a pod that uses pvc has been running since before its file
+// system resize was asked for (so it has not mounted the grown volume yet).
+func (p *provisioner) mountedSince(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (bool, error) {
+	var asked time.Time
+	for _, c := range pvc.Status.Conditions {
+		if c.Type == corev1.PersistentVolumeClaimFileSystemResizePending {
+			asked = c.LastTransitionTime.Time
+		}
+	}
+	pods, err := p.client.CoreV1().Pods(pvc.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, fmt.Errorf("failed to list the pods of %s: %w", pvc.Namespace, err)
+	}
+	for _, pod := range pods.Items {
+		for _, v := range pod.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
+				continue
+			}
+			if pod.DeletionTimestamp == nil && pod.Status.StartTime != nil && !pod.Status.StartTime.After(asked) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // client404 makes a lister's not-found nil (the informer's next event brings the object).

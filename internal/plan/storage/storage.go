@@ -168,6 +168,16 @@ func Decide(o Observation) plan.Step {
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonExpandingVolumes, RequeueAfter: Requeue,
 			Message: fmt.Sprintf("the claims of %s are not bound to a volume yet: they grow to %s once bound", strings.Join(unbound, ", "), want)}
 	case len(offline) > 0:
+		// Followers first, the leader last: at most one hand-over.
+		sort.SliceStable(offline, func(i, j int) bool { return !offline[i].Leader && offline[j].Leader })
+		if offline[0].Leader {
+			for _, c := range o.Claims {
+				if !c.Leader && !c.Deleting && State(c, o.Want) != v1alpha1.VolumeReady {
+					return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonExpandingVolumes, RequeueAfter: Requeue,
+						Message: fmt.Sprintf("the leader %s restarts for its file system last, once the volumes of the other members grew (%s has not)", offline[0].Member, c.Member)}
+				}
+			}
+		}
 		return restart(offline[0], o, offlineAfter)
 	case len(resizing) > 0:
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonExpandingVolumes, RequeueAfter: Requeue,
@@ -183,6 +193,12 @@ func Decide(o Observation) plan.Step {
 // volume is mounted again; the leader hands leadership to a healthy voter first.
 func restart(c Claim, o Observation, after time.Duration) plan.Step {
 	why := fmt.Sprintf("the file system of %s's volume has waited %s to grow while its pod ran: the storage grows it only offline", c.Member, after)
+	for _, t := range o.Claims {
+		if t.Voter && t.Member != c.Member && !t.Healthy {
+			return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonExpandingVolumes, RequeueAfter: Requeue,
+				Message: why + fmt.Sprintf("; it restarts once %s is healthy", t.Member)}
+		}
+	}
 	voters := 0
 	for _, t := range o.Claims {
 		if t.Voter {
@@ -190,7 +206,12 @@ func restart(c Claim, o Observation, after time.Duration) plan.Step {
 		}
 	}
 	if c.Leader && voters > 1 {
-		for _, t := range o.Claims {
+		// To a voter whose file system grew already, so leadership moves once.
+		targets := append([]Claim(nil), o.Claims...)
+		sort.SliceStable(targets, func(i, j int) bool {
+			return State(targets[i], o.Want) == v1alpha1.VolumeReady && State(targets[j], o.Want) != v1alpha1.VolumeReady
+		})
+		for _, t := range targets {
 			if t.Voter && !t.Leader && t.Healthy && t.MemberID != 0 {
 				return plan.Step{Kind: plan.MoveLeader, Member: c.Member, ID: c.MemberID, Target: t.MemberID, Reason: v1alpha1.ReasonExpandingVolumes,
 					Message: why + fmt.Sprintf("; moving leadership to %s before restarting it", t.Member)}

@@ -73,11 +73,15 @@ func TestDecide(t *testing.T) {
 		{"an unhealthy member is not restarted for it", cluster(all("2Gi"), grown(1, "1Gi"), pending(1, 3*time.Minute), func(o *Observation) { o.Claims[1].Healthy = false }),
 			plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "etc-1 (file system)"},
 		{"the leader hands over first", cluster(all("2Gi"), grown(0, "1Gi"), pending(0, 3*time.Minute)), plan.MoveLeader, "etc-0", v1alpha1.ReasonExpandingVolumes, "moving leadership to etc-1"},
+		{"followers restart before the leader", cluster(all("1Gi"), pending(0, 3*time.Minute), pending(1, 3*time.Minute), pending(2, 3*time.Minute)),
+			plan.DeletePod, "etc-1", v1alpha1.ReasonExpandingVolumes, "restarting it"},
+		{"the leader waits for the followers' file systems", cluster(all("1Gi"), grown(1, "1Gi"), grown(2, "2Gi"), pending(0, 3*time.Minute), pending(1, time.Minute)),
+			plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "restarts for its file system last"},
 		{"a lone member restarts", cluster(grown(0, "1Gi"), pending(0, 3*time.Minute), func(o *Observation) { o.Claims = o.Claims[:1] }),
 			plan.DeletePod, "etc-0", v1alpha1.ReasonExpandingVolumes, ""},
-		{"the leader waits without a healthy voter to take over", cluster(all("2Gi"), grown(0, "1Gi"), pending(0, 3*time.Minute), func(o *Observation) {
-			o.Claims[1].Healthy, o.Claims[2].Healthy = false, false
-		}), plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "no other healthy voter"},
+		{"no restart while another voter is unhealthy", cluster(all("2Gi"), grown(0, "1Gi"), pending(0, 3*time.Minute), func(o *Observation) {
+			o.Claims[2].Healthy = false
+		}), plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "it restarts once etc-2 is healthy"},
 		{"every claim grown: the StatefulSet is re-created", cluster(all("2Gi")), plan.RecreateStatefulSet, "", v1alpha1.ReasonExpandingVolumes, "asks 2Gi instead of 1Gi"},
 		{"a capacity above the request counts", cluster(all("3Gi")), plan.RecreateStatefulSet, "", v1alpha1.ReasonExpandingVolumes, ""},
 		{"a claim not bound yet asking the size counts (it is provisioned so)", cluster(all("2Gi"), func(o *Observation) {
@@ -166,6 +170,82 @@ func TestSimulateExpansion(t *testing.T) {
 				}
 			}
 			o.Now = o.Now.Add(time.Second)
+		}
+	next:
+	}
+}
+
+// TestSimulateOfflineExpansion: a storage that grows file systems only when the volume is
+// mounted again. Every member is restarted exactly once, followers first, with at most one
+// hand-over of leadership, and never two members down at once (a restarted member is
+// unhealthy until its next pass).
+func TestSimulateOfflineExpansion(t *testing.T) {
+	for seed := range 30 {
+		o := cluster()
+		restarts, moves := map[string]int{}, 0
+		down := ""
+		for pass := 0; ; pass++ {
+			if pass > 500 {
+				t.Fatalf("seed %d: no end after 500 passes", seed)
+			}
+			s := Decide(o)
+			crash := (seed+pass)%5 == 2
+			if !crash {
+				switch s.Kind {
+				case plan.ExpandClaim:
+					for k := range o.Claims {
+						if o.Claims[k].Member == s.Member {
+							o.Claims[k].Requested = resource.MustParse(s.Size)
+						}
+					}
+				case plan.MoveLeader:
+					moves++
+					for k := range o.Claims {
+						o.Claims[k].Leader = o.Claims[k].MemberID == s.Target
+					}
+				case plan.DeletePod:
+					if down != "" {
+						t.Fatalf("seed %d: restarting %s while %s is down", seed, s.Member, down)
+					}
+					for k := range o.Claims {
+						if c := &o.Claims[k]; c.Member == s.Member {
+							if c.Leader {
+								t.Fatalf("seed %d: restarting the leader %s", seed, c.Member)
+							}
+							restarts[c.Member]++
+							c.Healthy, down = false, c.Member
+						}
+					}
+				case plan.RecreateStatefulSet:
+					q := o.Want.DeepCopy()
+					o.Template = &q
+				case plan.None:
+					for _, c := range o.Claims {
+						if restarts[c.Member] != 1 || c.Capacity.Cmp(o.Want) < 0 {
+							t.Fatalf("seed %d: ended with %s restarted %d times at %s", seed, c.Member, restarts[c.Member], c.Capacity.String())
+						}
+					}
+					if moves != 1 {
+						t.Fatalf("seed %d: leadership moved %d times, want once (the leader restarts too)", seed, moves)
+					}
+					goto next
+				}
+			}
+			// The storage: the volume grows, then its file system waits for a remount; a
+			// restarted member comes back (and mounts it) a pass later.
+			for k := range o.Claims {
+				c := &o.Claims[k]
+				switch {
+				case c.Member == down && pass%2 == 0:
+					c.Healthy, down = true, ""
+					if c.FileSystemResizePending {
+						c.FileSystemResizePending, c.Capacity = false, c.Requested.DeepCopy()
+					}
+				case c.Requested.Cmp(o.Want) >= 0 && !c.FileSystemResizePending && c.Capacity.Cmp(c.Requested) < 0 && restarts[c.Member] == 0:
+					c.FileSystemResizePending, c.PendingSince = true, o.Now
+				}
+			}
+			o.Now = o.Now.Add(20 * time.Second)
 		}
 	next:
 	}
