@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,22 @@ func TestSimulateOfflineExpansion(t *testing.T) {
 			o.Now = o.Now.Add(20 * time.Second)
 		}
 	next:
+	}
+}
+
+// BenchmarkDecide is the planner's cost for a 7-member cluster in the middle of an
+// expansion: it runs once per pass, so it must stay far below a pass.
+func BenchmarkDecide(b *testing.B) {
+	o := cluster(all("1Gi"))
+	for k := 3; k < 7; k++ {
+		c := o.Claims[0]
+		c.Member, c.MemberID, c.Leader = fmt.Sprintf("etc-%d", k), uint64(0x100+k), false
+		o.Claims = append(o.Claims, c)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if s := Decide(o); s.Kind != plan.Wait {
+			b.Fatalf("step %s", s.Kind)
+		}
 	}
 }
