@@ -373,8 +373,13 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 			topo.PeerURLTemplate, topo.PeerPort, topo.PeerTransitionPort = at.PeerURLTemplate, at.PeerPort, at.PeerTransitionPort
 		}
 	}
+	// stsTerminating: the live StatefulSet is being deleted (re-created to grow its claim
+	// template): it is applied again once it is gone.
+	stsTerminating := false
 	if specErr == nil {
-		if err := r.pinToLive(ctx, c, topo, desired); err != nil {
+		// The size the render asks, before it is pinned to the live claim template.
+		obs.RenderedStorageSize = render.ClaimTemplateSize(desired, topo.StatefulSet)
+		if stsTerminating, err = r.pinToLive(ctx, c, topo, desired); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -399,14 +404,12 @@ func (r *EtcdClusterReconciler) reconcileNormal(ctx context.Context, c *v1alpha1
 	var applyErr error
 	if specErr == nil && !c.Spec.Paused {
 		applyErr = r.exec.EnsureFoundingConfig(ctx, c, topo)
-		if applyErr == nil && !holdStatefulSet(c, mem) {
-			applyErr = r.pinReplicas(ctx, c, topo, desired)
-		}
+		hold := holdStatefulSet(c, mem) || stsTerminating
 		if applyErr == nil {
-			applyErr = r.applyAndPrune(ctx, c, desired, holdStatefulSet(c, mem))
+			applyErr = r.applyAndPrune(ctx, c, desired, hold)
 		}
 		obs.ApplyErr = applyErr
-		if applyErr == nil && !holdStatefulSet(c, mem) {
+		if applyErr == nil && !hold {
 			obs.StsApplied = appliedHash(desired, "StatefulSet", topo.StatefulSet)
 		}
 	}
@@ -620,30 +623,19 @@ func unionKinds(a, b []string) []string {
 }
 
 // pinToLive keeps what cannot change on the live StatefulSet as it is in desired (its volume
-// claim templates' labels and annotations, see PinClaimTemplates).
-func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
-	live := &appsv1.StatefulSet{}
-	err := r.cached(ctx).Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
-	}
-	return render.PinClaimTemplates(desired, live)
-}
-
-// pinReplicas sets the replicas of the StatefulSet in desired, so that no apply ever creates
-// it with fewer than keep every member pod. The chart leaves .spec.replicas to the operator: a
-// StatefulSet applied without them while absent gets the default of one, and the StatefulSet
-// controller deletes every other member's pod at once. It is absent so after the storage
-// planner deleted it (orphaning its pods) to grow its claim template, or a person did
-// (kubectl delete --cascade=orphan); and the manager's cache may still show one the API
-// server no longer has. So the live StatefulSet is read from the API server: when it exists,
-// desired carries its replicas (the membership steps change them, never the apply); when it
-// does not, one above the highest ordinal of the member pods (none: the first formation, which
-// starts from one).
-func (r *EtcdClusterReconciler) pinReplicas(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) error {
+// claim templates' labels, annotations and size, see PinClaimTemplates), and sets desired's
+// replicas so that no apply ever creates the StatefulSet with fewer than keep every member
+// pod. The chart leaves .spec.replicas to the operator: a StatefulSet applied without them
+// while absent gets the default of one, and the StatefulSet controller deletes every other
+// member's pod at once. It is absent so after the storage planner deleted it (orphaning its
+// pods) to grow its claim template, or after a person did (kubectl delete --cascade=orphan).
+// The manager's cache can still show a StatefulSet the API server no longer has, so the live
+// one, and the member pods when it is absent, are read from the API server. When it exists,
+// desired carries its replicas (the membership steps change them, never the apply) and its
+// claim templates; when it does not, one above the highest ordinal of the member pods (none:
+// the first formation, which starts from one) and the rendered templates. It returns true
+// when the live StatefulSet is being deleted: it is applied again once it is gone.
+func (r *EtcdClusterReconciler) pinToLive(ctx context.Context, c *v1alpha1.EtcdCluster, t render.Topology, desired []*unstructured) (bool, error) {
 	var sts *unstructured
 	for _, o := range desired {
 		if o.GetKind() == "StatefulSet" && o.GetName() == t.StatefulSet {
@@ -651,22 +643,28 @@ func (r *EtcdClusterReconciler) pinReplicas(ctx context.Context, c *v1alpha1.Etc
 		}
 	}
 	if sts == nil {
-		return nil
+		return false, nil
 	}
 	live := &appsv1.StatefulSet{}
 	replicas := int32(0)
 	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: t.StatefulSet}, live)
 	switch {
-	case err == nil && live.Spec.Replicas != nil:
-		replicas = *live.Spec.Replicas
+	case err == nil && live.DeletionTimestamp != nil:
+		return true, nil
 	case err == nil:
-		return nil
+		if err := render.PinClaimTemplates(desired, live); err != nil {
+			return false, err
+		}
+		if live.Spec.Replicas == nil {
+			return false, nil
+		}
+		replicas = *live.Spec.Replicas
 	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
+		return false, fmt.Errorf("failed to get StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
 	default:
 		pods := &corev1.PodList{}
-		if err := r.cached(ctx).List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
-			return fmt.Errorf("failed to list the member pods of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
+		if err := r.apiReader().List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabelsSelector{Selector: t.Selector}); err != nil {
+			return false, fmt.Errorf("failed to list the member pods of EtcdCluster %s/%s: %w", c.Namespace, c.Name, err)
 		}
 		for _, p := range pods.Items {
 			if k, ok := plan.Ordinal(t.StatefulSet, p.Name); ok && k+1 > replicas {
@@ -674,13 +672,13 @@ func (r *EtcdClusterReconciler) pinReplicas(ctx context.Context, c *v1alpha1.Etc
 			}
 		}
 		if replicas == 0 {
-			return nil
+			return false, nil
 		}
 	}
 	if err := unstructuredv1.SetNestedField(sts.Object, int64(replicas), "spec", "replicas"); err != nil {
-		return fmt.Errorf("failed to set the replicas of StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
+		return false, fmt.Errorf("failed to set the replicas of StatefulSet %s/%s: %w", c.Namespace, t.StatefulSet, err)
 	}
-	return nil
+	return false, nil
 }
 
 // reconcileDelete deletes what the cluster owns, and its volume claims only when

@@ -69,6 +69,9 @@ type Observation struct {
 	Claims map[string]*corev1.PersistentVolumeClaim
 	// Storage is the storage planner's view of them (nil when it was not built).
 	Storage *storage.Observation
+	// RenderedStorageSize is the size the rendered StatefulSet's data claim template asks
+	// (before it is pinned to the live one); "" when none was rendered.
+	RenderedStorageSize string
 
 	Etcd    *etcd.Observed // nil when etcd was not asked or did not answer
 	EtcdErr error

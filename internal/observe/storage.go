@@ -26,9 +26,14 @@ const DataClaimTemplate = "data"
 // the API server's admission decides whether the claim may grow.
 func Storage(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, o *Observation, mo membership.Observation) storage.Observation {
 	so := storage.Observation{Ephemeral: o.Ephemeral, Now: mo.Now}
+	// What the render asks (a custom chart or a patch may set another size than the spec):
+	// the StatefulSet is re-created with it, so it is what the claims must reach.
 	so.Want = resource.MustParse(values.DefaultStorageSize)
 	if c.Spec.Storage.Size != nil {
 		so.Want = c.Spec.Storage.Size.DeepCopy()
+	}
+	if q, err := resource.ParseQuantity(o.RenderedStorageSize); err == nil {
+		so.Want = q
 	}
 	if o.StatefulSet == nil || o.Ephemeral {
 		return so
@@ -62,12 +67,14 @@ func Storage(ctx context.Context, api client.Reader, c *v1alpha1.EtcdCluster, o 
 			continue
 		}
 		cl := claimOf(p, pvc)
+		cl.PodCreated = p.CreatedAt
 		if id, ok := ids[p.Name]; ok {
 			_, answered := mo.Etcd.Status[id]
-			cl.MemberID, cl.Voter, cl.Leader, cl.Healthy = id, voter[id], id == leader, answered && p.Ready
+			cl.MemberID, cl.Voter, cl.Leader, cl.Healthy = id, voter[id], id == leader, answered && p.Ready && !p.Deleting
 		}
 		so.Claims = append(so.Claims, cl)
 	}
+	so.Unsettled = plan.PodsUnsettled(mo.Pods, mo.StsReplicas)
 	for _, cl := range so.Claims {
 		if cl.Requested.Cmp(so.Want) >= 0 || cl.Deleting {
 			continue

@@ -493,6 +493,10 @@ func storageOnASettledCluster(s Step, v *evidenceView) string {
 		return fmt.Sprintf("a defragmentation of %s is recorded", v.e.Defragmentation.Member)
 	case s.Kind == RecreateStatefulSet && !v.e.Formed:
 		return "the cluster has not formed"
+	case s.Kind == RecreateStatefulSet:
+		if why := PodsUnsettled(v.e.Pods, v.e.StsReplicas); why != "" {
+			return "the new StatefulSet is created with the replicas the member pods show, which must be exactly its own: " + why
+		}
 	}
 	if s.Kind == ExpandClaim {
 		p, ok := v.pods[s.Member]
@@ -504,6 +508,35 @@ func storageOnASettledCluster(s Step, v *evidenceView) string {
 		}
 	}
 	return ""
+}
+
+// PodsUnsettled says which member pods differ from what a StatefulSet of replicas runs
+// settled ("" when none does): every ordinal below replicas has a pod that exists, is Ready
+// and is not being deleted, and no ordinal at or above it has one.
+func PodsUnsettled(pods []Pod, replicas int32) string {
+	var out []string
+	have := map[int32]bool{}
+	for _, p := range pods {
+		if !p.Exists {
+			continue
+		}
+		have[p.Ordinal] = true
+		switch {
+		case p.Ordinal >= replicas:
+			out = append(out, fmt.Sprintf("%s runs above the StatefulSet's %d replicas", p.Name, replicas))
+		case p.Deleting:
+			out = append(out, p.Name+" is being deleted")
+		case !p.Ready:
+			out = append(out, p.Name+" is not ready")
+		}
+	}
+	for k := int32(0); k < replicas; k++ {
+		if !have[k] {
+			out = append(out, fmt.Sprintf("the pod of ordinal %d does not exist", k))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
 }
 
 // claimsOnlyOfNonVoters: a claim is deleted only when it exists (emptyDir storage has none)

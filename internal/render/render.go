@@ -254,6 +254,32 @@ func SpecReplicas(c *v1alpha1.EtcdCluster) int32 {
 	return values.DefaultReplicas
 }
 
+// ClaimTemplateSize is the storage the data claim template of the StatefulSet named sts in
+// desired asks ("" when there is none): what the render asks, whatever spec.storage.size
+// says (a custom chart or a patch may set it).
+func ClaimTemplateSize(desired []*unstructured, sts string) string {
+	for _, o := range desired {
+		if o.GetKind() != "StatefulSet" || o.GetName() != sts {
+			continue
+		}
+		tmpls, _, _ := unstructuredv1.NestedSlice(o.Object, "spec", "volumeClaimTemplates")
+		for _, t := range tmpls {
+			m, ok := t.(map[string]any)
+			if !ok {
+				continue
+			}
+			if name, _, _ := unstructuredv1.NestedString(m, "metadata", "name"); name != "data" {
+				continue
+			}
+			size, _, _ := unstructuredv1.NestedFieldNoCopy(m, "spec", "resources", "requests", "storage")
+			if size != nil {
+				return fmt.Sprint(size)
+			}
+		}
+	}
+	return ""
+}
+
 // PinClaimTemplates makes the StatefulSet in desired carry the labels, annotations and
 // storage request of live's volume claim templates, claim by claim name. A StatefulSet's
 // volumeClaimTemplates cannot change, so labels that differ from what it was created with

@@ -283,7 +283,7 @@ func (p *provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeCl
 	if ptr.Deref(pvc.Spec.StorageClassName, "") == OfflineStorageClassName {
 		// Offline: the file system grows when a pod mounts the volume again. Pod starts are
 		// not claim events: look again in a while.
-		if running, err := p.mountedSince(ctx, pvc); err != nil || running {
+		if remounted, err := p.remounted(ctx, pvc); err != nil || !remounted {
 			p.queue.AddAfter("pvc/"+pvc.Namespace+"/"+pvc.Name, 2*time.Second)
 			return err
 		}
@@ -302,9 +302,9 @@ func (p *provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeCl
 	return nil
 }
 
-// mountedSince reports whether a pod that uses pvc has been running since before its file
-// system resize was asked for (so it has not mounted the grown volume yet).
-func (p *provisioner) mountedSince(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (bool, error) {
+// remounted reports whether a pod that uses pvc started after its file system resize was
+// asked for, runs and is not being deleted: it mounted the grown volume.
+func (p *provisioner) remounted(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (bool, error) {
 	var asked time.Time
 	for _, c := range pvc.Status.Conditions {
 		if c.Type == corev1.PersistentVolumeClaimFileSystemResizePending {
@@ -320,7 +320,7 @@ func (p *provisioner) mountedSince(ctx context.Context, pvc *corev1.PersistentVo
 			if v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
 				continue
 			}
-			if pod.DeletionTimestamp == nil && pod.Status.StartTime != nil && !pod.Status.StartTime.After(asked) {
+			if pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.StartTime != nil && pod.Status.StartTime.After(asked) {
 				return true, nil
 			}
 		}

@@ -60,8 +60,10 @@ type Claim struct {
 	MemberID uint64
 	Voter    bool
 	Leader   bool
-	// Healthy: the pod is Ready and the member answered in this pass.
+	// Healthy: the pod is Ready, not being deleted, and the member answered in this pass.
 	Healthy bool
+	// PodCreated is when the member's pod was created (zero without one).
+	PodCreated time.Time
 }
 
 // Observation is what the storage planner decides on.
@@ -79,6 +81,11 @@ type Observation struct {
 	// Expandable says, per StorageClass of a claim that must grow, whether it allows volume
 	// expansion; a class absent here could not be read (the API server decides then).
 	Expandable map[string]bool
+	// Unsettled says which member pods keep the StatefulSet from being re-created ("" when
+	// none does): every ordinal below its replicas must have a pod that is Ready and not
+	// being deleted, and no ordinal above may have one, so that the new StatefulSet, created
+	// with the replicas the pods show, keeps exactly them.
+	Unsettled string
 	// Now and OfflineAfter (DefaultOfflineAfter when zero).
 	Now          time.Time
 	OfflineAfter time.Duration
@@ -139,7 +146,10 @@ func Decide(o Observation) plan.Step {
 			}
 		case v1alpha1.VolumeFileSystemResizePending:
 			resizing = append(resizing, c.Member+" (file system)")
-			if c.Healthy && !c.PendingSince.IsZero() && o.Now.Sub(c.PendingSince) >= offlineAfter {
+			// Only a pod that mounted the volume before the resize was asked for is restarted
+			// for it: one started since did mount the grown volume, and restarting it again
+			// would not help (the storage says why in the claim's events).
+			if c.Healthy && !c.PendingSince.IsZero() && o.Now.Sub(c.PendingSince) >= offlineAfter && c.PodCreated.Before(c.PendingSince) {
 				offline = append(offline, c)
 			}
 		case v1alpha1.VolumeResizing:
@@ -182,6 +192,9 @@ func Decide(o Observation) plan.Step {
 	case len(resizing) > 0:
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonExpandingVolumes, RequeueAfter: Requeue,
 			Message: fmt.Sprintf("waiting for the storage to grow the volumes of %s to %s", strings.Join(resizing, ", "), want)}
+	case o.Template.Cmp(o.Want) < 0 && o.Unsettled != "":
+		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonExpandingVolumes, RequeueAfter: Requeue,
+			Message: fmt.Sprintf("every member's volume has %s; the StatefulSet is re-created with it once every member pod runs: %s", want, o.Unsettled)}
 	case o.Template.Cmp(o.Want) < 0:
 		return plan.Step{Kind: plan.RecreateStatefulSet, Size: want, Reason: v1alpha1.ReasonExpandingVolumes,
 			Message: fmt.Sprintf("every member's volume has %s: re-creating the StatefulSet, its pods kept, so that its claim template asks %s instead of %s", want, want, o.Template.String())}

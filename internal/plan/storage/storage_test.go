@@ -84,6 +84,14 @@ func TestDecide(t *testing.T) {
 			o.Claims[2].Healthy = false
 		}), plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "it restarts once etc-2 is healthy"},
 		{"every claim grown: the StatefulSet is re-created", cluster(all("2Gi")), plan.RecreateStatefulSet, "", v1alpha1.ReasonExpandingVolumes, "asks 2Gi instead of 1Gi"},
+		{"not while a member pod is not settled", cluster(all("2Gi"), func(o *Observation) { o.Unsettled = "etc-1 is being deleted" }),
+			plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "once every member pod runs: etc-1 is being deleted"},
+		{"a member restarted since the resize was asked for is not restarted again", cluster(all("2Gi"), grown(1, "1Gi"), pending(1, 3*time.Minute), func(o *Observation) {
+			o.Claims[1].PodCreated = now.Add(-time.Minute)
+		}), plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "etc-1 (file system)"},
+		{"a deleting member is not healthy: no second restart", cluster(all("1Gi"), pending(1, 3*time.Minute), pending(2, 3*time.Minute), func(o *Observation) {
+			o.Claims[0].Healthy = false
+		}), plan.Wait, "", v1alpha1.ReasonExpandingVolumes, "once etc-0 is healthy"},
 		{"a capacity above the request counts", cluster(all("3Gi")), plan.RecreateStatefulSet, "", v1alpha1.ReasonExpandingVolumes, ""},
 		{"a claim not bound yet asking the size counts (it is provisioned so)", cluster(all("2Gi"), func(o *Observation) {
 			o.Claims[2].Capacity, o.Claims[2].Bound = resource.Quantity{}, false
@@ -214,7 +222,7 @@ func TestSimulateOfflineExpansion(t *testing.T) {
 								t.Fatalf("seed %d: restarting the leader %s", seed, c.Member)
 							}
 							restarts[c.Member]++
-							c.Healthy, down = false, c.Member
+							c.Healthy, down, c.PodCreated = false, c.Member, o.Now
 						}
 					}
 				case plan.RecreateStatefulSet:
