@@ -10,6 +10,8 @@ package storage
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -170,7 +172,7 @@ func Decide(o Observation) plan.Step {
 		}
 		return plan.Step{Kind: plan.Wait, Reason: v1alpha1.ReasonVolumeExpansionNotAllowed, RequeueAfter: Recheck,
 			Message: fmt.Sprintf("spec.storage.size is %s, but StorageClass %s of the claims of %s does not allow volume expansion (allowVolumeExpansion is not true): nothing was changed; once the class allows it (an administrator sets allowVolumeExpansion: true), the claims grow",
-				want, strings.Join(sortedKeys(classes), ", "), strings.Join(notAllowed, ", "))}
+				want, strings.Join(slices.Sorted(maps.Keys(classes)), ", "), strings.Join(notAllowed, ", "))}
 	case next != nil:
 		return plan.Step{Kind: plan.ExpandClaim, Member: next.Member, Size: want, Reason: v1alpha1.ReasonExpandingVolumes,
 			Message: fmt.Sprintf("growing the volume claim of %s from %s to %s (%d of %d claims still to grow)", next.Member, next.Requested.String(), want, len(grow), len(o.Claims))}
@@ -238,12 +240,3 @@ func restart(c Claim, o Observation, after time.Duration) plan.Step {
 }
 
 func none() plan.Step { return plan.Step{Kind: plan.None, Reason: v1alpha1.ReasonReconciled} }
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
