@@ -129,16 +129,16 @@ func TestGrownStorageExpandsEveryClaimThenRecreatesTheStatefulSet(t *testing.T) 
 		t.Fatalf("the StatefulSet changed before the volumes grew: %v %+v", err, sts.ObjectMeta)
 	}
 
-	// The storage grows the volumes.
+	// The storage grows the volumes (retried: the operator may write a claim meanwhile).
 	for i := range 3 {
-		pvc := &corev1.PersistentVolumeClaim{}
-		if err := getObject(ns, fmt.Sprintf("data-etcd-%d", i), pvc); err != nil {
-			t.Fatal(err)
-		}
-		pvc.Status.Capacity[corev1.ResourceStorage] = resource.MustParse("2Gi")
-		if err := env.Client.Status().Update(context.Background(), pvc); err != nil {
-			t.Fatal(err)
-		}
+		eventually(t, timeout, fmt.Sprintf("claim data-etcd-%d grown", i), func() error {
+			pvc := &corev1.PersistentVolumeClaim{}
+			if err := getObject(ns, fmt.Sprintf("data-etcd-%d", i), pvc); err != nil {
+				return err
+			}
+			pvc.Status.Capacity[corev1.ResourceStorage] = resource.MustParse("2Gi")
+			return env.Client.Status().Update(context.Background(), pvc)
+		})
 	}
 	// The operator deletes the StatefulSet, orphaning its pods; the garbage collector (which
 	// envtest does not run) then lifts its orphan finalizer.
